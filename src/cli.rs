@@ -1,0 +1,448 @@
+//! The command line: clap definitions, every option also an environment
+//! variable, resolved into one plain [`Config`].
+//!
+//! clap only collects strings here; every value is checked in [`resolve`],
+//! which knows whether it came from a flag, a variable or a default, so that a
+//! bad value is reported as "--timeout" or as "MESHWRAP_TIMEOUT", whichever the
+//! user actually wrote. The doc comments below are the `--help` text, which the
+//! README shows as its usage section.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::parser::ValueSource;
+use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
+
+use crate::duration;
+use crate::log::{Format, Level};
+use crate::sidecar::Endpoint;
+use crate::sidecar::http;
+use crate::supervise::ForwardTo;
+
+pub const DEFAULT_READY_URL: &str = "http://127.0.0.1:15021/healthz/ready";
+pub const DEFAULT_QUIT_URL: &str = "http://127.0.0.1:15020/quitquitquit";
+
+const AFTER_HELP: &str = "\
+Example:
+  meshwrap -- python train.py --epochs 10
+  Waits for the Istio sidecar, runs the command, then tells the sidecar to quit.
+
+Exit status:
+  N      the command exited with N
+  128+S  the command was killed by signal S (137: SIGKILL or OOM, 143: SIGTERM),
+         or TERM, INT, HUP or QUIT (S) arrived before the command started
+  127    the command was not found
+  126    the command was found but could not be executed
+  125    meshwrap failed: bad usage or configuration, the sidecar was not ready
+         in time (--on-timeout fail), or an internal error";
+
+/// Wait for the service-mesh sidecar, run COMMAND, forward signals to it, reap
+/// zombies, tell the sidecar to quit when COMMAND ends, and exit with its status.
+#[derive(Parser, Debug)]
+#[command(name = "meshwrap", version, after_help = AFTER_HELP)]
+#[command(override_usage = "meshwrap [OPTIONS] [--] <COMMAND> [ARG]...")]
+struct Args {
+    /// GET this URL until it answers 2xx before starting COMMAND. Repeatable;
+    /// with several, every one must have answered 2xx once. The variable takes
+    /// a comma-separated list.
+    #[arg(long = "ready-url", value_name = "URL", allow_hyphen_values = true, env = "MESHWRAP_READY_URL", action = ArgAction::Append,
+          default_value = DEFAULT_READY_URL)]
+    ready_url: Vec<String>,
+
+    /// POST (empty body) to this URL when COMMAND has ended. Repeatable; several
+    /// are sent in parallel. The variable takes a comma-separated list.
+    #[arg(long = "quit-url", value_name = "URL", allow_hyphen_values = true, env = "MESHWRAP_QUIT_URL", action = ArgAction::Append,
+          default_value = DEFAULT_QUIT_URL)]
+    quit_url: Vec<String>,
+
+    /// Skip the readiness wait and start COMMAND at once. The variable takes true or false.
+    #[arg(long = "no-wait", env = "MESHWRAP_NO_WAIT", action = ArgAction::SetTrue,
+          value_parser = clap::value_parser!(String), default_value = "false")]
+    no_wait: String,
+
+    /// Bound on the whole readiness wait; 0 means no bound. Durations look like
+    /// 500ms, 10s, 2m, 1h, 1m30s, or a number of seconds.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        allow_hyphen_values = true,
+        env = "MESHWRAP_TIMEOUT",
+        default_value = "10m"
+    )]
+    timeout: String,
+
+    /// What to do when --timeout runs out: fail (exit 125 without running
+    /// COMMAND) or run (warn and run it anyway).
+    #[arg(
+        long = "on-timeout",
+        allow_hyphen_values = true,
+        value_name = "fail|run",
+        env = "MESHWRAP_ON_TIMEOUT",
+        default_value = "fail"
+    )]
+    on_timeout: String,
+
+    /// When to quit the sidecar: always; on-success (for restartPolicy
+    /// OnFailure, whose restarted container needs the sidecar); never.
+    #[arg(
+        long = "quit-policy",
+        allow_hyphen_values = true,
+        value_name = "always|on-success|never",
+        env = "MESHWRAP_QUIT_POLICY",
+        default_value = "always"
+    )]
+    quit_policy: String,
+
+    /// Total budget for all quit requests, retries included.
+    #[arg(
+        long = "quit-timeout",
+        allow_hyphen_values = true,
+        value_name = "DURATION",
+        env = "MESHWRAP_QUIT_TIMEOUT",
+        default_value = "5s"
+    )]
+    quit_timeout: String,
+
+    /// Bound on one HTTP request (connect and response).
+    #[arg(
+        long = "request-timeout",
+        allow_hyphen_values = true,
+        value_name = "DURATION",
+        env = "MESHWRAP_REQUEST_TIMEOUT",
+        default_value = "1s"
+    )]
+    request_timeout: String,
+
+    /// Forward signals to COMMAND only (child), or to its whole process group (group).
+    #[arg(
+        long = "forward-to",
+        allow_hyphen_values = true,
+        value_name = "child|group",
+        env = "MESHWRAP_FORWARD_TO",
+        default_value = "child"
+    )]
+    forward_to: String,
+
+    /// Log line format on stderr: text or json.
+    #[arg(
+        long = "log-format",
+        allow_hyphen_values = true,
+        value_name = "text|json",
+        env = "MESHWRAP_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: String,
+
+    /// Log level: error, warn, info or debug.
+    #[arg(long = "log-level", allow_hyphen_values = true, value_name = "LEVEL", env = "MESHWRAP_LOG", default_value = "info",
+          conflicts_with_all = ["quiet", "verbose"])]
+    log_level: String,
+
+    /// Log errors only (--log-level error).
+    #[arg(short, long, conflicts_with = "verbose")]
+    quiet: bool,
+
+    /// Log everything (--log-level debug).
+    #[arg(short, long)]
+    verbose: bool,
+
+    /// Print the resolved settings, each with where it came from, and exit
+    /// without waiting or running anything.
+    #[arg(long)]
+    explain: bool,
+
+    /// The command to run and its arguments, passed as given (never through a shell).
+    #[arg(value_name = "COMMAND", trailing_var_arg = true)]
+    command: Vec<OsString>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnTimeout {
+    Fail,
+    Run,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuitPolicy {
+    Always,
+    OnSuccess,
+    Never,
+}
+
+/// Everything a run needs, checked.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub ready_urls: Vec<Endpoint>,
+    pub quit_urls: Vec<Endpoint>,
+    pub wait: bool,
+    /// `None`: wait for readiness without bound.
+    pub timeout: Option<Duration>,
+    pub on_timeout: OnTimeout,
+    pub quit_policy: QuitPolicy,
+    pub quit_timeout: Duration,
+    pub request_timeout: Duration,
+    pub forward_to: ForwardTo,
+    pub log_format: Format,
+    pub log_level: Level,
+    pub command: Vec<OsString>,
+}
+
+/// What the command line asks for.
+pub enum Parsed {
+    Run(Config),
+    /// Print this on stdout and exit 0 (`--help`, `--version`, `--explain`).
+    Print(String),
+    /// One line for stderr; exit 125.
+    Invalid(String),
+}
+
+/// Parses and checks the command line and environment.
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Parsed {
+    let matches = match Args::command().try_get_matches_from(args) {
+        Ok(matches) => matches,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            return match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Parsed::Print(e.to_string()),
+                _ => Parsed::Invalid(first_line(&e.to_string())),
+            };
+        }
+    };
+    let args = match Args::from_arg_matches(&matches) {
+        Ok(args) => args,
+        Err(e) => return Parsed::Invalid(first_line(&e.to_string())),
+    };
+    match resolve(&args, &matches) {
+        Ok((config, explain)) if args.explain => {
+            let _ = config;
+            Parsed::Print(explain)
+        }
+        Ok((config, _)) if config.command.is_empty() => {
+            Parsed::Invalid("missing COMMAND: usage: meshwrap [OPTIONS] [--] <COMMAND> [ARG]...".into())
+        }
+        Ok((config, _)) => Parsed::Run(config),
+        Err(line) => Parsed::Invalid(line),
+    }
+}
+
+fn first_line(clap_error: &str) -> String {
+    let line = clap_error.lines().next().unwrap_or("invalid command line");
+    format!("{} (see meshwrap --help)", line.trim_start_matches("error: "))
+}
+
+/// Where a value came from, as `--explain` prints it.
+#[derive(Clone, Copy)]
+enum Origin {
+    Flag(&'static str),
+    Env(&'static str),
+    Default(&'static str),
+}
+
+impl Origin {
+    /// What to call the value in an error: what the user wrote.
+    fn name(self) -> &'static str {
+        match self {
+            Origin::Flag(flag) | Origin::Default(flag) => flag,
+            Origin::Env(var) => var,
+        }
+    }
+    fn describe(self) -> String {
+        match self {
+            Origin::Flag(_) => "flag".into(),
+            Origin::Env(var) => format!("env {var}"),
+            Origin::Default(_) => "default".into(),
+        }
+    }
+}
+
+/// Resolves values in order, recording each for `--explain`.
+struct Resolver<'m> {
+    matches: &'m ArgMatches,
+    explain: Vec<(&'static str, String, Origin)>,
+}
+
+impl Resolver<'_> {
+    fn origin(&self, id: &str, flag: &'static str, env: &'static str) -> Origin {
+        match self.matches.value_source(id) {
+            Some(ValueSource::CommandLine) => Origin::Flag(flag),
+            Some(ValueSource::EnvVariable) => Origin::Env(env),
+            _ => Origin::Default(flag),
+        }
+    }
+
+    /// One value, checked by `check`, which returns `None` when it is invalid.
+    fn one<T>(
+        &mut self,
+        (id, flag, env): (&str, &'static str, &'static str),
+        raw: &str,
+        accepts: &str,
+        check: impl Fn(&str) -> Option<T>,
+    ) -> Result<T, String> {
+        let origin = self.origin(id, flag, env);
+        let value = check(raw).ok_or_else(|| format!("invalid {} '{raw}': expected {accepts}", origin.name()))?;
+        self.explain.push((&flag[2..], raw.to_string(), origin));
+        Ok(value)
+    }
+
+    /// A repeatable URL list; the variable's form is comma-separated.
+    fn urls(
+        &mut self,
+        (id, flag, env): (&str, &'static str, &'static str),
+        raw: &[String],
+    ) -> Result<Vec<Endpoint>, String> {
+        let origin = self.origin(id, flag, env);
+        let items: Vec<&str> = match origin {
+            Origin::Env(_) => raw.iter().flat_map(|v| v.split(',')).map(str::trim).collect(),
+            _ => raw.iter().map(String::as_str).collect(),
+        };
+        let mut endpoints = Vec::new();
+        for item in &items {
+            if item.is_empty() {
+                return Err(format!(
+                    "invalid {}: an empty URL in the list; expected {}",
+                    origin.name(),
+                    http::ACCEPTS
+                ));
+            }
+            let endpoint = Endpoint::parse(item)
+                .map_err(|why| format!("invalid {} '{item}': {why}; expected {}", origin.name(), http::ACCEPTS))?;
+            endpoints.push(endpoint);
+        }
+        self.explain.push((&flag[2..], items.join(","), origin));
+        Ok(endpoints)
+    }
+}
+
+fn choice<T: Copy>(options: &[(&str, T)]) -> impl Fn(&str) -> Option<T> {
+    move |raw| {
+        options
+            .iter()
+            .find(|(name, _)| raw.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+    }
+}
+
+fn positive_duration(raw: &str) -> Option<Duration> {
+    duration::parse(raw).filter(|d| !d.is_zero())
+}
+
+fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, String), String> {
+    let mut r = Resolver {
+        matches,
+        explain: Vec::new(),
+    };
+    let ready_urls = r.urls(("ready_url", "--ready-url", "MESHWRAP_READY_URL"), &args.ready_url)?;
+    let quit_urls = r.urls(("quit_url", "--quit-url", "MESHWRAP_QUIT_URL"), &args.quit_url)?;
+    let no_wait = r.one(
+        ("no_wait", "--no-wait", "MESHWRAP_NO_WAIT"),
+        &args.no_wait,
+        "true or false",
+        choice(&[("true", true), ("false", false)]),
+    )?;
+    let timeout = r.one(
+        ("timeout", "--timeout", "MESHWRAP_TIMEOUT"),
+        &args.timeout,
+        &format!("{} (0 for no bound)", duration::ACCEPTS),
+        duration::parse,
+    )?;
+    let on_timeout = r.one(
+        ("on_timeout", "--on-timeout", "MESHWRAP_ON_TIMEOUT"),
+        &args.on_timeout,
+        "fail or run",
+        choice(&[("fail", OnTimeout::Fail), ("run", OnTimeout::Run)]),
+    )?;
+    let quit_policy = r.one(
+        ("quit_policy", "--quit-policy", "MESHWRAP_QUIT_POLICY"),
+        &args.quit_policy,
+        "always, on-success or never",
+        choice(&[
+            ("always", QuitPolicy::Always),
+            ("on-success", QuitPolicy::OnSuccess),
+            ("never", QuitPolicy::Never),
+        ]),
+    )?;
+    let above_zero = format!("{} above 0", duration::ACCEPTS);
+    let quit_timeout = r.one(
+        ("quit_timeout", "--quit-timeout", "MESHWRAP_QUIT_TIMEOUT"),
+        &args.quit_timeout,
+        &above_zero,
+        positive_duration,
+    )?;
+    let request_timeout = r.one(
+        ("request_timeout", "--request-timeout", "MESHWRAP_REQUEST_TIMEOUT"),
+        &args.request_timeout,
+        &above_zero,
+        positive_duration,
+    )?;
+    let forward_to = r.one(
+        ("forward_to", "--forward-to", "MESHWRAP_FORWARD_TO"),
+        &args.forward_to,
+        "child or group",
+        choice(&[("child", ForwardTo::Child), ("group", ForwardTo::Group)]),
+    )?;
+    let log_format = r.one(
+        ("log_format", "--log-format", "MESHWRAP_LOG_FORMAT"),
+        &args.log_format,
+        "text or json",
+        choice(&[("text", Format::Text), ("json", Format::Json)]),
+    )?;
+    let log_level = if args.quiet || args.verbose {
+        let (flag, level) = if args.quiet {
+            ("--quiet", Level::Error)
+        } else {
+            ("--verbose", Level::Debug)
+        };
+        r.explain.push(("log-level", level.name().into(), Origin::Flag(flag)));
+        level
+    } else {
+        r.one(
+            ("log_level", "--log-level", "MESHWRAP_LOG"),
+            &args.log_level,
+            "error, warn, info or debug",
+            choice(&[
+                ("error", Level::Error),
+                ("warn", Level::Warn),
+                ("info", Level::Info),
+                ("debug", Level::Debug),
+            ]),
+        )?
+    };
+    let command = args.command.clone();
+    let shown: Vec<String> = command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let shown = if shown.is_empty() {
+        "(none)".to_string()
+    } else {
+        shown.join(" ")
+    };
+    r.explain.push(("command", shown, Origin::Flag("COMMAND")));
+
+    let width = r.explain.iter().map(|(_, value, _)| value.len()).max().unwrap_or(0);
+    let explain = r
+        .explain
+        .iter()
+        .map(|(name, value, origin)| format!("{name:<16} {value:<width$}  ({})\n", origin.describe()))
+        .collect();
+    let config = Config {
+        ready_urls,
+        quit_urls,
+        wait: !no_wait,
+        timeout: Some(timeout).filter(|t| !t.is_zero()),
+        on_timeout,
+        quit_policy,
+        quit_timeout,
+        request_timeout,
+        forward_to,
+        log_format,
+        log_level,
+        command,
+    };
+    Ok((config, explain))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn clap_definitions_are_consistent() {
+        <super::Args as clap::CommandFactory>::command().debug_assert();
+    }
+}

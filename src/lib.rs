@@ -1,0 +1,193 @@
+//! meshwrap makes batch and training commands behave inside service-mesh pods.
+//!
+//! The lifecycle, in order: register a handler for every catchable signal
+//! (before anything else, since PID 1 receives only signals it handles); parse
+//! the flags and variables into a [`cli::Config`]; poll the sidecar's ready
+//! URLs until each answers 2xx, stopping early on `--timeout` or on TERM, INT,
+//! HUP or QUIT; spawn the command in its own process group and, until it ends,
+//! forward every signal to it and reap every zombie (meshwrap is often PID 1);
+//! then POST the sidecar's quit URLs once, as `--quit-policy` says, on every
+//! path that follows a successful parse; and exit with the command's status,
+//! 128+n for a signal, 126/127 when it could not be started, 125 for
+//! meshwrap's own failures.
+
+pub mod cli;
+pub mod duration;
+pub mod log;
+pub mod sidecar;
+pub mod supervise;
+
+use std::ffi::OsString;
+use std::time::Instant;
+
+use cli::{Config, OnTimeout, Parsed, QuitPolicy};
+use supervise::{Signals, signals};
+
+/// meshwrap's own failures: bad usage, sidecar not ready, internal errors.
+pub const EXIT_MESHWRAP_FAILED: u8 = 125;
+
+/// Runs meshwrap with these arguments; returns the process exit code.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return internal_error("cannot start the runtime", e),
+    };
+    runtime.block_on(async {
+        let mut signals = match Signals::install() {
+            Ok(signals) => signals,
+            Err(e) => return internal_error("cannot install signal handlers", e),
+        };
+        match cli::parse(args) {
+            Parsed::Run(config) => run(&config, &mut signals).await,
+            Parsed::Print(text) => {
+                print!("{text}");
+                0
+            }
+            Parsed::Invalid(line) => {
+                eprintln!("meshwrap: {line}");
+                EXIT_MESHWRAP_FAILED
+            }
+        }
+    })
+}
+
+fn internal_error(what: &str, error: std::io::Error) -> u8 {
+    log!(Error, what, error = &error.to_string());
+    EXIT_MESHWRAP_FAILED
+}
+
+/// The lifecycle after parsing: wait, spawn, supervise, quit, exit code.
+pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
+    log::init(config.log_level, config.log_format);
+    if let Err(e) = supervise::reaper::become_subreaper() {
+        log!(
+            Warn,
+            "cannot become a child subreaper; orphans of the command go to init",
+            error = &e.to_string()
+        );
+    }
+
+    let mut seen_ready = false;
+    if config.wait {
+        match wait_for_sidecars(config, signals).await {
+            Waited::Ready => seen_ready = true,
+            Waited::TimedOut if config.on_timeout == OnTimeout::Run => {
+                log!(
+                    Warn,
+                    "sidecar not ready in time; running the command anyway (--on-timeout run)"
+                );
+            }
+            Waited::TimedOut => {
+                log!(
+                    Error,
+                    "sidecar not ready in time; not running the command (--on-timeout fail)"
+                );
+                quit_sidecars(config, false, false).await;
+                return EXIT_MESHWRAP_FAILED;
+            }
+            Waited::Interrupted(sig) => {
+                log!(
+                    Info,
+                    "interrupted while waiting for the sidecar; not running the command",
+                    signal = &signals::name(sig)
+                );
+                quit_sidecars(config, false, false).await;
+                return 128 + sig as u8;
+            }
+        }
+    } else {
+        log!(Info, "not waiting for the sidecar (--no-wait)");
+    }
+
+    let code = run_command(config, signals).await;
+    quit_sidecars(config, code == 0, seen_ready).await;
+    code
+}
+
+enum Waited {
+    Ready,
+    TimedOut,
+    Interrupted(libc::c_int),
+}
+
+/// Polls the ready URLs, bounded by `--timeout`, until done or interrupted.
+async fn wait_for_sidecars(config: &Config, signals: &mut Signals) -> Waited {
+    let started = Instant::now();
+    let wait = sidecar::ready::wait_all(&config.ready_urls, config.request_timeout);
+    let deadline = async {
+        match config.timeout {
+            Some(timeout) => tokio::time::sleep(timeout).await,
+            None => std::future::pending().await,
+        }
+    };
+    let (mut wait, mut deadline) = (std::pin::pin!(wait), std::pin::pin!(deadline));
+    loop {
+        tokio::select! {
+            polls = &mut wait => {
+                log!(Info, "sidecar ready", after_ms = started.elapsed().as_millis(), polls = polls);
+                return Waited::Ready;
+            }
+            () = &mut deadline => return Waited::TimedOut,
+            sig = signals.recv() => match sig {
+                sig if signals::is_termination(sig) => return Waited::Interrupted(sig),
+                libc::SIGCHLD => supervise::reap_orphans(),
+                sig => log!(Debug, "ignored a signal while waiting for the sidecar", signal = &signals::name(sig)),
+            },
+        }
+    }
+}
+
+/// Spawns and supervises the command; returns meshwrap's exit code for it.
+async fn run_command(config: &Config, signals: &mut Signals) -> u8 {
+    let program = config.command[0].to_string_lossy();
+    let started = Instant::now();
+    match supervise::spawn(&config.command) {
+        Ok(child) => {
+            log!(Info, "command started", pid = child.pid, command = &*program);
+            let status = child.supervise(config.forward_to, signals).await;
+            log!(
+                Info,
+                "command ended",
+                status = &status.describe(),
+                code = status.exit_code(),
+                ms = started.elapsed().as_millis()
+            );
+            status.exit_code()
+        }
+        Err(e) => {
+            let why = if e.code == 127 {
+                "command not found"
+            } else {
+                "command could not be executed"
+            };
+            log!(
+                Error,
+                why,
+                command = &*program,
+                error = &e.error.to_string(),
+                code = e.code
+            );
+            e.code
+        }
+    }
+}
+
+/// Quits the sidecars if the policy says so; never changes the exit code.
+async fn quit_sidecars(config: &Config, succeeded: bool, seen_ready: bool) {
+    let skip = match config.quit_policy {
+        QuitPolicy::Never => Some("--quit-policy never"),
+        QuitPolicy::OnSuccess if !succeeded => Some("the command did not succeed and --quit-policy is on-success"),
+        _ => None,
+    };
+    if let Some(why) = skip {
+        log!(Info, format!("not quitting the sidecar: {why}"));
+        return;
+    }
+    sidecar::quit::quit_all(
+        &config.quit_urls,
+        config.quit_timeout,
+        config.request_timeout,
+        seen_ready,
+    )
+    .await;
+}
