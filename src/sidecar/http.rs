@@ -181,16 +181,23 @@ async fn exchange(endpoint: &Endpoint, method: Method) -> Result<u16, Failure> {
     let request = request
         .body(Empty::new())
         .map_err(|e| Failure::Io(io::Error::other(e)))?;
-    // The connection future drives the socket; it must be polled alongside the
-    // response future, and ending first means the peer hung up on us.
+    // The connection future drives the socket and must be polled alongside
+    // the response. A sidecar that answers and closes at once (Connection:
+    // close, or exiting after quitquitquit) ends the connection in the same
+    // poll that delivers the response, so a clean end is followed by taking
+    // the response it delivered; an error end carries the real cause (a parse
+    // error for garbage), which the response side would only see as "closed".
+    let mut response = std::pin::pin!(sender.send_request(request));
     let mut connection = std::pin::pin!(connection);
-    tokio::select! {
-        response = sender.send_request(request) => response.map(|r| r.status().as_u16()).map_err(classify),
+    let response = tokio::select! {
+        biased;
+        response = &mut response => response,
         ended = &mut connection => match ended {
-            Ok(()) => Err(Failure::Closed),
-            Err(e) => Err(classify(e)),
+            Ok(()) => response.await,
+            Err(e) => return Err(classify(e)),
         },
-    }
+    };
+    response.map(|r| r.status().as_u16()).map_err(classify)
 }
 
 async fn connect(endpoint: &Endpoint) -> Result<TcpStream, Failure> {

@@ -14,10 +14,11 @@
 //! - **Signalling a recycled pid.** Signals are forwarded only until the
 //!   command is reaped; an unreaped zombie keeps its pid (and its process
 //!   group id) from being reused.
-//! - **An inherited mask.** std resets the signal mask in the child; the
-//!   `pre_exec` hook also resets every disposition (an ignored signal would
-//!   otherwise stay ignored across exec) and, on a terminal, hands the
-//!   foreground to the command's new process group so Ctrl-C reaches it.
+//! - **An inherited signal state.** meshwrap clears its own mask at start (a
+//!   blocked SIGTERM would never reach it), and the `pre_exec` hook clears the
+//!   command's mask and resets every disposition (an ignored signal stays
+//!   ignored across exec); on a terminal it also hands the foreground to the
+//!   command's new process group so Ctrl-C reaches it.
 
 pub mod reaper;
 pub mod signals;
@@ -66,7 +67,8 @@ pub fn spawn(command: &[OsString]) -> Result<Child, SpawnError> {
     let mut cmd = Command::new(program);
     cmd.args(args).process_group(0);
     // SAFETY: the hook runs in the forked child before exec and makes only
-    // async-signal-safe calls (signal, tcsetpgrp, getpid); it allocates nothing.
+    // async-signal-safe calls (signal, tcsetpgrp, getpid, pthread_sigmask); it
+    // allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             if on_terminal {
@@ -79,7 +81,8 @@ pub fn spawn(command: &[OsString]) -> Result<Child, SpawnError> {
                     libc::signal(sig, libc::SIG_DFL);
                 }
             }
-            Ok(())
+            // std does not reset the mask in every version; do not rely on it.
+            signals::unblock_all()
         });
     }
     match cmd.spawn() {

@@ -52,6 +52,9 @@ pub struct Signals {
 impl Signals {
     /// Registers SIGCHLD and every forwardable signal. Must run inside the runtime.
     pub fn install() -> std::io::Result<Signals> {
+        // A mask inherited from meshwrap's parent would hold back the very
+        // signals meshwrap must forward (a blocked SIGTERM never arrives).
+        unblock_all()?;
         let mut streams = vec![(libc::SIGCHLD, signal(SignalKind::child())?)];
         for sig in forwardable() {
             streams.push((sig, signal(SignalKind::from_raw(sig))?));
@@ -76,6 +79,22 @@ impl Signals {
             Poll::Pending
         })
         .await
+    }
+}
+
+/// Clears the calling thread's signal mask. Async-signal-safe, so the spawn
+/// hook uses it too.
+pub fn unblock_all() -> std::io::Result<()> {
+    // SAFETY: `empty` is a valid sigset_t, initialised by sigemptyset before use.
+    let result = unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut())
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::from_raw_os_error(result))
     }
 }
 

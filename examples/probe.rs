@@ -1,0 +1,154 @@
+//! `probe`: a tiny command for meshwrap to wrap in tests and benchmarks. It
+//! reports what a command sees under meshwrap, one line per event on stdout:
+//!
+//! - `probe signals [--fork]`: blocks every catchable signal, prints `ready`,
+//!   then `signal N` for each one it receives, and exits 0 after SIGTERM. With
+//!   `--fork` it also starts a child that does the same; then every line starts
+//!   with `leader ` (the probe) or `member ` (its child, in the same process
+//!   group), for `--forward-to group`.
+//! - `probe orphans N`: leaves N orphaned processes behind, lets them exit,
+//!   and prints `reaped N` once none of them is left as a zombie (or `zombies
+//!   K` after 10 s); then prints `ppid P` and waits for a line on stdin.
+//!
+//! It blocks signals and takes them with `sigwaitinfo` instead of installing
+//! handlers, so no signal can arrive before it is ready to report it.
+
+use std::io::{BufRead, Write};
+use std::time::{Duration, Instant};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match args.as_slice() {
+        ["signals"] => signals(""),
+        ["signals", "--fork"] => fork_signals(),
+        ["orphans", n] => orphans(n.parse().expect("orphans N")),
+        _ => {
+            eprintln!("usage: probe signals [--fork] | orphans N");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn catchable() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data, initialised by sigfillset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::sigdelset(&mut set, libc::SIGCHLD);
+        set
+    }
+}
+
+fn block_all() {
+    let set = catchable();
+    // SAFETY: `set` is initialised; the old mask is not needed.
+    unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+fn signals(prefix: &str) -> ! {
+    block_all();
+    say(&format!("{prefix}ready"));
+    let set = catchable();
+    loop {
+        // SAFETY: `set` is initialised; a null siginfo pointer is allowed.
+        let sig = unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
+        if sig > 0 {
+            say(&format!("{prefix}signal {sig}"));
+            if sig == libc::SIGTERM {
+                std::process::exit(0);
+            }
+        }
+    }
+}
+
+fn fork_signals() -> ! {
+    // SAFETY: this program is single-threaded, so fork is safe to follow with any code.
+    match unsafe { libc::fork() } {
+        0 => {
+            // The member must not outlive a test that signals only the leader.
+            // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+            signals("member ")
+        }
+        -1 => panic!("fork failed"),
+        _ => signals("leader "),
+    }
+}
+
+fn orphans(n: usize) {
+    let mut pipe = [0; 2];
+    // SAFETY: `pipe` has room for the two descriptors.
+    assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+    let (read_end, write_end) = (pipe[0], pipe[1]);
+    let mut report = [0; 2];
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::pipe(report.as_mut_ptr()) }, 0);
+    // SAFETY: single-threaded; the children only make async-signal-safe calls.
+    let middle = unsafe { libc::fork() };
+    if middle == 0 {
+        for _ in 0..n {
+            // SAFETY: as above.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // SAFETY: drops the pipe ends this orphan must not hold (the parent
+                // waits for EOF on both), then blocks until the release, then exits.
+                unsafe {
+                    libc::close(write_end);
+                    libc::close(report[0]);
+                    libc::close(report[1]);
+                    let mut byte = 0u8;
+                    libc::read(read_end, (&mut byte as *mut u8).cast(), 1);
+                    libc::_exit(0);
+                }
+            }
+            let bytes = pid.to_ne_bytes();
+            // SAFETY: writes the 4 bytes of `bytes`.
+            unsafe { libc::write(report[1], bytes.as_ptr().cast(), bytes.len()) };
+        }
+        // SAFETY: leaving the grandchildren orphaned is the point.
+        unsafe { libc::_exit(0) };
+    }
+    // SAFETY: closing our copies; the middle process holds its own.
+    unsafe {
+        libc::close(report[1]);
+        libc::close(read_end);
+    }
+    // SAFETY: `middle` is our own child; the status is not needed.
+    unsafe { libc::waitpid(middle, std::ptr::null_mut(), 0) };
+    let mut pids = Vec::new();
+    let mut buf = [0u8; 4];
+    // SAFETY: reads 4 bytes into `buf` until the middle process's end closes.
+    while unsafe { libc::read(report[0], buf.as_mut_ptr().cast(), 4) } == 4 {
+        pids.push(i32::from_ne_bytes(buf));
+    }
+    assert_eq!(pids.len(), n, "forked {} of {n}", pids.len());
+    // Every orphan is alive and reparented now; closing the pipe lets them all exit.
+    // SAFETY: our last copy of the write end.
+    unsafe { libc::close(write_end) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let left = loop {
+        let left = pids
+            .iter()
+            .filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+            .count();
+        if left == 0 || Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    say(&if left == 0 {
+        format!("reaped {n}")
+    } else {
+        format!("zombies {left}")
+    });
+    // SAFETY: getppid cannot fail.
+    say(&format!("ppid {}", unsafe { libc::getppid() }));
+    let _ = std::io::stdin().lock().lines().next();
+}

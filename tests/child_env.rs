@@ -1,0 +1,56 @@
+//! What the command inherits: a clean signal state, and its own stdio bytes
+//! untouched (meshwrap never writes to stdout).
+
+use std::os::unix::process::CommandExt;
+
+use crate::support::*;
+
+#[test]
+fn the_command_starts_with_no_blocked_or_ignored_signals() {
+    let sidecar = FakeSidecar::ready();
+    let mut mw = wrapped(&sidecar);
+    // grep, not the probe: Rust programs ignore SIGPIPE before main runs.
+    mw.args(["grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"]);
+    // Start meshwrap the way a careless parent would: some signals ignored,
+    // some blocked. SIGTRAP and SIGSYS are not forwarded, so only the reset in
+    // meshwrap's spawn clears them.
+    // SAFETY: runs in the forked child before exec; signal and sigprocmask are async-signal-safe.
+    unsafe {
+        mw.command().pre_exec(|| {
+            for sig in [libc::SIGUSR2, libc::SIGTRAP, libc::SIGSYS, libc::SIGPIPE, libc::SIGHUP] {
+                libc::signal(sig, libc::SIG_IGN);
+            }
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGUSR1);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    let run = mw.run();
+    run.assert_code(0)
+        .assert_stdout("SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
+}
+
+#[test]
+fn stdin_and_stdout_bytes_pass_through_unchanged() {
+    let sidecar = FakeSidecar::ready();
+    let input: Vec<u8> = (0..64 * 1024).map(|i| (i * 7 % 256) as u8).collect();
+    let mut mw = wrapped(&sidecar).arg("cat").spawn();
+    mw.write_stdin(&input);
+    mw.close_stdin();
+    let run = mw.finish();
+    run.assert_code(0);
+    run.check(run.raw_stdout == input, "stdout is exactly what cat read from stdin");
+}
+
+#[test]
+fn arguments_are_passed_as_given_without_a_shell() {
+    let sidecar = FakeSidecar::ready();
+    wrapped(&sidecar)
+        .args(["printf", "%s|", "a b", "$HOME", "*", "--", "-v", "'q'"])
+        .run()
+        .assert_code(0)
+        .assert_stdout("a b|$HOME|*|--|-v|'q'|");
+}

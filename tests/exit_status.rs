@@ -1,0 +1,67 @@
+//! meshwrap exits with the command's status: N for exit N, 128+S for signal S,
+//! 127 when the command is missing, 126 when it cannot be executed.
+
+use crate::support::*;
+
+#[test]
+fn exit_codes_pass_through() {
+    let sidecar = FakeSidecar::ready();
+    for code in [0, 1, 2, 3, 42, 126, 127, 128, 255] {
+        wrapped(&sidecar)
+            .args(["sh", "-c", &format!("exit {code}")])
+            .run()
+            .assert_code(code);
+    }
+}
+
+#[test]
+fn a_killed_command_exits_128_plus_the_signal() {
+    let sidecar = FakeSidecar::ready();
+    for (sig, code) in [("TERM", 143), ("HUP", 129), ("QUIT", 131), ("KILL", 137)] {
+        // No core file for QUIT.
+        let script = format!("ulimit -c 0; kill -{sig} $$");
+        wrapped(&sidecar)
+            .args(["sh", "-c", &script])
+            .run()
+            .assert_code(code)
+            .assert_stderr_has(&format!("status=\"signal SIG{sig}\""));
+    }
+}
+
+#[test]
+fn a_missing_command_exits_127_and_still_quits() {
+    let sidecar = FakeSidecar::ready();
+    wrapped(&sidecar)
+        .arg("/nonexistent/command")
+        .run()
+        .assert_code(127)
+        .assert_stderr_has("command not found");
+    wrapped(&sidecar).arg("no-such-command-on-path").run().assert_code(127);
+    assert_eq!(sidecar.quits(), 2, "each failed start still quits the sidecar");
+}
+
+#[test]
+fn a_command_that_cannot_be_executed_exits_126() {
+    let sidecar = FakeSidecar::ready();
+    let dir = tempdir();
+    let script = dir.join("not-executable.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    wrapped(&sidecar)
+        .arg(&script)
+        .run()
+        .assert_code(126)
+        .assert_stderr_has("could not be executed");
+    wrapped(&sidecar).arg(&dir).run().assert_code(126);
+}
+
+pub fn tempdir() -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "meshwrap-test-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

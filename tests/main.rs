@@ -1,0 +1,12 @@
+//! meshwrap's integration tests: each runs the real binary against the fake
+//! sidecar in `support`. Read the module list as the checklist of behaviours.
+
+mod support;
+
+mod child_env;
+mod cli;
+mod exit_status;
+mod pid1;
+mod quit;
+mod readiness;
+mod signals;

@@ -1,0 +1,97 @@
+//! meshwrap as PID 1 of its own PID namespace, as in a container: orphans are
+//! reaped, SIGTERM is forwarded, the exit status is right. Needs root for
+//! `unshare --pid`; elsewhere each test says it was skipped and why. When not
+//! PID 1, meshwrap is a child subreaper, and the same reaping test runs there.
+
+use crate::support::*;
+
+/// `unshare --pid --fork --mount-proc meshwrap ...`, or `None` with the reason printed.
+fn as_pid1(test: &str) -> Option<Meshwrap> {
+    if !is_root() {
+        println!("skipped {test}: needs root for unshare --pid (run the tests as root, as CI does)");
+        return None;
+    }
+    if !std::path::Path::new("/usr/bin/unshare").exists() {
+        println!("skipped {test}: /usr/bin/unshare is missing (util-linux)");
+        return None;
+    }
+    let mut mw = Meshwrap::program("/usr/bin/unshare");
+    mw.args(["--pid", "--fork", "--mount-proc"]).arg(support_meshwrap());
+    Some(mw)
+}
+
+fn support_meshwrap() -> std::path::PathBuf {
+    crate::support::command::meshwrap_bin()
+}
+
+#[test]
+fn as_pid1_orphans_are_reaped_and_the_status_is_kept() {
+    let Some(mut mw) = as_pid1("as_pid1_orphans_are_reaped") else {
+        return;
+    };
+    let sidecar = FakeSidecar::ready();
+    let mut mw = mw
+        .args(sidecar.flags())
+        .args([probe_bin(), "orphans".into(), "100".into()])
+        .spawn();
+    mw.wait_stdout("reaped 100");
+    mw.wait_stdout("ppid 1");
+    mw.close_stdin();
+    mw.finish().assert_code(0);
+    assert_eq!(sidecar.quits(), 1);
+}
+
+#[test]
+fn as_pid1_sigterm_is_forwarded_and_exits_143() {
+    let Some(mut mw) = as_pid1("as_pid1_sigterm_is_forwarded") else {
+        return;
+    };
+    let sidecar = FakeSidecar::ready();
+    let mut mw = mw
+        .args(sidecar.flags())
+        .args(["sh", "-c", "echo ready; exec sleep 60"])
+        .spawn();
+    mw.wait_stdout("ready");
+    // unshare does not forward signals; send SIGTERM to meshwrap itself, its child.
+    let meshwrap = child_of(mw.pid());
+    // SAFETY: kill takes plain integers.
+    assert_eq!(unsafe { libc::kill(meshwrap, libc::SIGTERM) }, 0);
+    mw.finish()
+        .assert_code(143)
+        .assert_stderr_has("status=\"signal SIGTERM\"");
+    assert_eq!(sidecar.quits(), 1);
+}
+
+#[test]
+fn as_subreaper_orphans_are_reaped() {
+    let sidecar = FakeSidecar::ready();
+    let mut mw = wrapped(&sidecar)
+        .args([probe_bin(), "orphans".into(), "100".into()])
+        .spawn();
+    mw.wait_stdout("reaped 100");
+    let ppid = mw.wait_stdout_prefix("ppid ");
+    assert_eq!(ppid, format!("ppid {}", mw.pid()), "the probe's parent is meshwrap");
+    mw.close_stdin();
+    mw.finish().assert_code(0);
+}
+
+/// The single child of `pid` (unshare's forked meshwrap).
+fn child_of(pid: i32) -> i32 {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    children
+        .split_whitespace()
+        .next()
+        .expect("unshare has a child")
+        .parse()
+        .unwrap()
+}
+
+trait Prefix {
+    fn wait_stdout_prefix(&mut self, prefix: &str) -> String;
+}
+
+impl Prefix for Running {
+    fn wait_stdout_prefix(&mut self, prefix: &str) -> String {
+        self.wait_for(Stream::Stdout, prefix, false)
+    }
+}

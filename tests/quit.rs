@@ -1,0 +1,152 @@
+//! Quitting: one POST per quit URL per run, as the policy says; 4xx answers are
+//! logged with their cause and not retried; 5xx and refused are retried within
+//! `--quit-timeout`; a failed quit never changes the exit status.
+
+use crate::support::*;
+
+#[test]
+fn exactly_one_quit_per_url_even_for_an_instant_command() {
+    let first = FakeSidecar::ready();
+    let second = FakeSidecar::ready();
+    for run in 1..=200 {
+        Meshwrap::new()
+            .args(first.flags())
+            .args(["--quit-url", &second.quit_url(), "true"])
+            .run()
+            .assert_code(0);
+        assert_eq!((first.quits(), second.quits()), (run, run), "after run {run}");
+    }
+}
+
+#[test]
+fn policy_decides_whether_to_quit() {
+    let cases = [
+        ("always", 0, 1),
+        ("always", 3, 1),
+        ("on-success", 0, 1),
+        ("on-success", 3, 0),
+        ("never", 0, 0),
+        ("never", 3, 0),
+    ];
+    for (policy, code, quits) in cases {
+        let sidecar = FakeSidecar::ready();
+        let run = wrapped(&sidecar)
+            .args(["--quit-policy", policy, "sh", "-c", &format!("exit {code}")])
+            .run();
+        run.assert_code(code);
+        run.check(
+            sidecar.quits() == quits,
+            &format!("{policy} after exit {code}: {quits} quits expected"),
+        );
+        if quits == 0 {
+            run.assert_stderr_has("not quitting the sidecar");
+        }
+    }
+}
+
+#[test]
+fn policy_from_the_environment() {
+    let sidecar = FakeSidecar::ready();
+    wrapped(&sidecar)
+        .env("MESHWRAP_QUIT_POLICY", "never")
+        .arg("true")
+        .run()
+        .assert_code(0);
+    assert_eq!(sidecar.quits(), 0);
+}
+
+#[test]
+fn client_errors_are_logged_with_their_cause_and_not_retried() {
+    for (status, cause) in [
+        (403, "only from loopback"),
+        (404, "not enabled"),
+        (405, "does not take POST"),
+    ] {
+        let sidecar = FakeSidecar::ready();
+        sidecar.set_quit(&[Reply::Status(status)]);
+        wrapped(&sidecar)
+            .args(["sh", "-c", "exit 4"])
+            .run()
+            .assert_code(4)
+            .assert_stderr_has(&format!("error: could not quit the sidecar: {status}"))
+            .assert_stderr_has(cause);
+        assert_eq!(sidecar.quits(), 1, "{status} is not retried");
+    }
+}
+
+#[test]
+fn server_errors_are_retried_until_accepted() {
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_quit(&[Reply::Status(503), Reply::Close, Reply::Status(200)]);
+    wrapped(&sidecar)
+        .arg("true")
+        .run()
+        .assert_code(0)
+        .assert_stderr_has("sidecar quit");
+    assert_eq!(sidecar.quits(), 3);
+}
+
+#[test]
+fn a_hanging_quit_endpoint_is_bounded_by_the_quit_timeout() {
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_quit(&[Reply::Hang]);
+    let run = wrapped(&sidecar)
+        .args(["--quit-timeout", "300ms", "sh", "-c", "exit 42"])
+        .run();
+    run.assert_code(42)
+        .assert_stderr_has("gave up when --quit-timeout ran out");
+    // The fake holds the connection for as long as the test lives; meshwrap must not.
+    run.check(
+        run.elapsed < std::time::Duration::from_secs(10),
+        "meshwrap waited on a hanging quit",
+    );
+}
+
+#[test]
+fn a_failed_quit_keeps_the_exit_status() {
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_quit(&[Reply::Status(500)]);
+    wrapped(&sidecar)
+        .args(["--quit-timeout", "200ms", "sh", "-c", "exit 42"])
+        .run()
+        .assert_code(42)
+        .assert_stderr_has("error: could not quit");
+}
+
+#[test]
+fn a_sidecar_seen_ready_that_now_refuses_is_already_gone() {
+    let sidecar = FakeSidecar::ready();
+    let mut mw = wrapped(&sidecar)
+        .args(["sh", "-c", "echo started; read line; exit 0"])
+        .spawn();
+    mw.wait_stdout("started");
+    sidecar.stop();
+    mw.close_stdin();
+    let run = mw.finish();
+    run.assert_code(0)
+        .assert_stderr_has("sidecar already gone")
+        .assert_stderr_lacks("error");
+    assert_eq!(sidecar.quits(), 0);
+}
+
+#[test]
+fn a_sidecar_never_seen_ready_is_retried_while_refusing() {
+    let sidecar = FakeSidecar::refusing();
+    let mut mw = wrapped(&sidecar).args(["-v", "--no-wait", "true"]).spawn();
+    mw.wait_stderr("quit failed, retrying");
+    sidecar.listen();
+    mw.finish().assert_code(0).assert_stderr_has("sidecar quit");
+    assert_eq!(sidecar.quits(), 1);
+}
+
+#[test]
+fn a_sidecar_that_exits_on_quit_is_told_once() {
+    let sidecar = FakeSidecar::ready();
+    sidecar.exit_on_quit();
+    wrapped(&sidecar)
+        .arg("true")
+        .run()
+        .assert_code(0)
+        .assert_stderr_has("sidecar quit");
+    assert_eq!(sidecar.quits(), 1);
+}

@@ -1,0 +1,183 @@
+//! The readiness wait: refused, 503, hanging and garbage answers all mean
+//! "not ready yet"; the command starts only once every ready URL answered 2xx;
+//! `--timeout` bounds the wait; TERM during the wait quits and exits 143.
+
+use crate::support::*;
+
+/// A command that proves it ran by printing a marker.
+const MARKER: [&str; 3] = ["sh", "-c", "echo started"];
+
+#[test]
+fn refused_then_ready() {
+    let sidecar = FakeSidecar::refusing();
+    let mut mw = wrapped(&sidecar).arg("-v").args(MARKER).spawn();
+    mw.wait_stderr("saw=\"connection refused\"");
+    assert!(
+        mw.stdout_so_far().is_empty(),
+        "the command started before the sidecar listened"
+    );
+    sidecar.listen();
+    mw.wait_stdout("started");
+    mw.finish().assert_code(0).assert_stderr_has("sidecar ready");
+}
+
+#[test]
+fn not_ready_answers_then_ready() {
+    for (reply, seen) in [
+        (Reply::Status(503), "saw=\"HTTP 503\""),
+        (Reply::Garbage, "saw=\"invalid response"),
+        (Reply::Close, "saw=\"connection closed"),
+    ] {
+        let sidecar = FakeSidecar::ready();
+        sidecar.set_ready(&[reply]);
+        let mut mw = wrapped(&sidecar).arg("-v").args(MARKER).spawn();
+        mw.wait_stderr(seen);
+        assert!(mw.stdout_so_far().is_empty(), "the command started on {seen}");
+        sidecar.set_ready(&[Reply::Status(200)]);
+        mw.wait_stdout("started");
+        mw.finish().assert_code(0);
+    }
+}
+
+#[test]
+fn a_hanging_endpoint_is_cut_at_the_request_timeout() {
+    let sidecar = FakeSidecar::ready();
+    // The first poll hangs; the next ones answer 200.
+    sidecar.set_ready(&[Reply::Hang, Reply::Status(200)]);
+    let run = wrapped(&sidecar)
+        .args(["-v", "--request-timeout", "200ms"])
+        .args(MARKER)
+        .run();
+    run.assert_code(0)
+        .assert_stdout("started\n")
+        .assert_stderr_has("saw=\"timed out\"");
+    assert_eq!(sidecar.polls(), 2);
+}
+
+#[test]
+fn every_ready_url_must_answer() {
+    let first = FakeSidecar::ready();
+    let second = FakeSidecar::ready();
+    second.set_ready(&[Reply::Status(503)]);
+    let mut mw = Meshwrap::new()
+        .args([
+            "-v",
+            "--ready-url",
+            &first.ready_url(),
+            "--ready-url",
+            &second.ready_url(),
+        ])
+        .args(["--quit-url", &first.quit_url()])
+        .args(MARKER)
+        .spawn();
+    mw.wait_stderr(&format!("ready url answered url={}", first.ready_url()));
+    mw.wait_stderr("saw=\"HTTP 503\"");
+    assert!(
+        mw.stdout_so_far().is_empty(),
+        "started with one of two ready URLs answering"
+    );
+    second.set_ready(&[Reply::Status(200)]);
+    mw.wait_stdout("started");
+    mw.finish().assert_code(0);
+    assert_eq!(first.polls(), 1, "a URL that answered 2xx is not polled again");
+}
+
+#[test]
+fn ready_urls_from_the_environment() {
+    let first = FakeSidecar::ready();
+    let second = FakeSidecar::ready();
+    let urls = format!("{},{}", first.ready_url(), second.ready_url());
+    Meshwrap::new()
+        .env("MESHWRAP_READY_URL", &urls)
+        .args(["--quit-url", &first.quit_url()])
+        .args(MARKER)
+        .run()
+        .assert_code(0);
+    assert_eq!((first.polls(), second.polls()), (1, 1));
+}
+
+#[test]
+fn timeout_with_fail_does_not_run_the_command() {
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_ready(&[Reply::Status(503)]);
+    wrapped(&sidecar)
+        .args(["--timeout", "300ms"])
+        .args(MARKER)
+        .run()
+        .assert_code(125)
+        .assert_stdout("")
+        .assert_stderr_has("not ready in time");
+    assert_eq!(
+        sidecar.quits(),
+        1,
+        "a failed wait still quits the sidecar (policy always)"
+    );
+}
+
+#[test]
+fn timeout_with_run_runs_the_command_anyway() {
+    let sidecar = FakeSidecar::refusing();
+    wrapped(&sidecar)
+        .args(["--timeout", "300ms", "--on-timeout", "run", "--quit-timeout", "200ms"])
+        .args(["sh", "-c", "echo started; exit 7"])
+        .run()
+        .assert_code(7)
+        .assert_stdout("started\n")
+        .assert_stderr_has("running the command anyway");
+}
+
+#[test]
+fn no_wait_starts_at_once() {
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_ready(&[Reply::Status(503)]);
+    wrapped(&sidecar)
+        .arg("--no-wait")
+        .args(MARKER)
+        .run()
+        .assert_code(0)
+        .assert_stdout("started\n");
+    assert_eq!(sidecar.polls(), 0);
+    assert_eq!(sidecar.quits(), 1);
+}
+
+#[test]
+fn term_during_the_wait_quits_once_and_exits_143() {
+    for (sig, code) in [
+        (libc::SIGTERM, 143),
+        (libc::SIGINT, 130),
+        (libc::SIGHUP, 129),
+        (libc::SIGQUIT, 131),
+    ] {
+        let sidecar = FakeSidecar::ready();
+        sidecar.set_ready(&[Reply::Status(503)]);
+        let mut mw = wrapped(&sidecar).arg("-v").args(MARKER).spawn();
+        mw.wait_stderr("saw=\"HTTP 503\"");
+        mw.signal(sig);
+        mw.finish()
+            .assert_code(code)
+            .assert_stdout("")
+            .assert_stderr_has("interrupted while waiting");
+        assert_eq!(sidecar.quits(), 1, "signal {sig}: exactly one quit");
+    }
+}
+
+#[test]
+fn other_signals_during_the_wait_are_ignored() {
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_ready(&[Reply::Status(503)]);
+    let mut mw = wrapped(&sidecar).arg("-v").args(MARKER).spawn();
+    mw.wait_stderr("saw=\"HTTP 503\"");
+    mw.signal(libc::SIGUSR1);
+    mw.wait_stderr("ignored a signal while waiting for the sidecar signal=SIGUSR1");
+    sidecar.set_ready(&[Reply::Status(200)]);
+    mw.wait_stdout("started");
+    mw.finish().assert_code(0);
+}
+
+#[test]
+fn the_ready_log_line_counts_polls() {
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_ready(&[Reply::Status(503), Reply::Status(503), Reply::Status(200)]);
+    let run = wrapped(&sidecar).args(MARKER).run();
+    run.assert_code(0).assert_stderr_has("polls=3");
+}

@@ -1,0 +1,267 @@
+//! A fake sidecar for tests: a tiny HTTP/1 server on 127.0.0.1 whose answers
+//! can be changed while meshwrap polls it, and which records every request.
+//!
+//! Routes: `GET /healthz/ready` answers with the ready replies, `POST
+//! /quitquitquit` with the quit replies, anything else 404. Each route takes a
+//! list of replies used in order, the last one repeating. It can also refuse
+//! connections (not listening yet, or gone), which is the state of a sidecar
+//! before Envoy's listener is up and after it has exited.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How the fake answers one request.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    Status(u16),
+    /// Never answers (the connection is held until the fake is dropped).
+    Hang,
+    /// Answers bytes that are not HTTP.
+    Garbage,
+    /// Closes the connection without answering.
+    Close,
+}
+
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    pub at: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    ready: Vec<Reply>,
+    quit: Vec<Reply>,
+    /// Stop listening right after answering a quit with 2xx, like Istio's agent.
+    exit_on_quit: bool,
+    requests: Vec<Request>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+    closed: AtomicBool,
+}
+
+pub struct FakeSidecar {
+    port: u16,
+    shared: Arc<Shared>,
+    listener: Mutex<Option<thread::JoinHandle<()>>>,
+}
+
+impl FakeSidecar {
+    /// A sidecar that is up and ready: 200 to readiness and quit.
+    pub fn ready() -> FakeSidecar {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a fake sidecar");
+        let fake = FakeSidecar::new(listener.local_addr().unwrap().port());
+        fake.serve(listener);
+        fake
+    }
+
+    /// A sidecar that is not listening yet: connections are refused until [`listen`].
+    ///
+    /// Its port is picked below the kernel's ephemeral range, so that no
+    /// client socket (meshwrap's own connections included) can take it
+    /// before `listen` binds it.
+    pub fn refusing() -> FakeSidecar {
+        use std::sync::atomic::AtomicU16;
+        static NEXT: AtomicU16 = AtomicU16::new(0);
+        let base = 20_000 + (std::process::id() % 500) as u16 * 20;
+        for _ in 0..1000 {
+            let port = base + NEXT.fetch_add(1, Ordering::SeqCst) % 10_000;
+            // Free now; nobody else on this machine binds ports in this range.
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return FakeSidecar::new(port);
+            }
+        }
+        panic!("no free port for a fake sidecar below the ephemeral range");
+    }
+
+    fn new(port: u16) -> FakeSidecar {
+        let state = State {
+            ready: vec![Reply::Status(200)],
+            quit: vec![Reply::Status(200)],
+            ..State::default()
+        };
+        FakeSidecar {
+            port,
+            shared: Arc::new(Shared {
+                state: Mutex::new(state),
+                changed: Condvar::new(),
+                closed: AtomicBool::new(false),
+            }),
+            listener: Mutex::new(None),
+        }
+    }
+
+    /// Starts listening on the sidecar's port.
+    pub fn listen(&self) {
+        self.serve(TcpListener::bind(("127.0.0.1", self.port)).expect("bind the fake sidecar's port"));
+    }
+
+    fn serve(&self, listener: TcpListener) {
+        self.shared.closed.store(false, Ordering::SeqCst);
+        let shared = self.shared.clone();
+        let port = self.port;
+        *self.listener.lock().unwrap() = Some(thread::spawn(move || serve(listener, shared, port)));
+    }
+
+    /// Stops listening: from now on connections are refused.
+    pub fn stop(&self) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        // Wake the accept call so the listener is dropped.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(handle) = self.listener.lock().unwrap().take() {
+            handle.join().unwrap();
+        }
+    }
+
+    pub fn set_ready(&self, replies: &[Reply]) {
+        self.shared.state.lock().unwrap().ready = replies.to_vec();
+    }
+
+    pub fn set_quit(&self, replies: &[Reply]) {
+        self.shared.state.lock().unwrap().quit = replies.to_vec();
+    }
+
+    pub fn exit_on_quit(&self) {
+        self.shared.state.lock().unwrap().exit_on_quit = true;
+    }
+
+    pub fn ready_url(&self) -> String {
+        format!("http://127.0.0.1:{}/healthz/ready", self.port)
+    }
+
+    pub fn quit_url(&self) -> String {
+        format!("http://127.0.0.1:{}/quitquitquit", self.port)
+    }
+
+    /// The flags that point meshwrap at this fake for both readiness and quit.
+    pub fn flags(&self) -> Vec<String> {
+        vec![
+            "--ready-url".into(),
+            self.ready_url(),
+            "--quit-url".into(),
+            self.quit_url(),
+        ]
+    }
+
+    pub fn requests(&self) -> Vec<Request> {
+        self.shared.state.lock().unwrap().requests.clone()
+    }
+
+    pub fn count(&self, method: &str, path: &str) -> usize {
+        self.requests()
+            .iter()
+            .filter(|r| r.method == method && r.path == path)
+            .count()
+    }
+
+    pub fn quits(&self) -> usize {
+        self.count("POST", "/quitquitquit")
+    }
+
+    pub fn polls(&self) -> usize {
+        self.count("GET", "/healthz/ready")
+    }
+
+    /// Waits (bounded) until `done` holds for the recorded requests.
+    pub fn wait_for(&self, what: &str, done: impl Fn(&[Request]) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut state = self.shared.state.lock().unwrap();
+        while !done(&state.requests) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "fake sidecar: timed out waiting for {what}; saw {:?}",
+                state.requests
+            );
+            state = self.shared.changed.wait_timeout(state, left).unwrap().0;
+        }
+    }
+}
+
+impl Drop for FakeSidecar {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn serve(listener: TcpListener, shared: Arc<Shared>, port: u16) {
+    for stream in listener.incoming() {
+        if shared.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(stream) = stream else { continue };
+        let shared = shared.clone();
+        thread::spawn(move || answer(stream, shared, port));
+    }
+}
+
+fn answer(mut stream: TcpStream, shared: Arc<Shared>, port: u16) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&head);
+    let mut words = text.split_whitespace();
+    let (method, path) = (
+        words.next().unwrap_or("").to_string(),
+        words.next().unwrap_or("").to_string(),
+    );
+    let (reply, exit_after) = {
+        let mut state = shared.state.lock().unwrap();
+        let replies = match (method.as_str(), path.as_str()) {
+            ("GET", "/healthz/ready") => &mut state.ready,
+            ("POST", "/quitquitquit") => &mut state.quit,
+            _ => &mut vec![Reply::Status(404)],
+        };
+        let reply = if replies.len() > 1 {
+            replies.remove(0)
+        } else {
+            replies[0].clone()
+        };
+        let exit_after = state.exit_on_quit && path == "/quitquitquit" && matches!(reply, Reply::Status(200..=299));
+        state.requests.push(Request {
+            method,
+            path,
+            at: Instant::now(),
+        });
+        shared.changed.notify_all();
+        (reply, exit_after)
+    };
+    match reply {
+        Reply::Status(code) => {
+            let body = if code == 200 { "OK" } else { "not ready" };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {code} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+        Reply::Hang => {
+            while !shared.closed.load(Ordering::SeqCst) {
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Reply::Garbage => {
+            let _ = stream.write_all(b"\x00\x01garbage, not http\r\n\r\n");
+        }
+        Reply::Close => {}
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+    if exit_after {
+        shared.closed.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", port));
+    }
+}
