@@ -12,13 +12,26 @@ fn the_command_starts_with_no_blocked_or_ignored_signals() {
     // grep, not the probe: Rust programs ignore SIGPIPE before main runs.
     mw.args(["grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"]);
     // Start meshwrap the way a careless parent would: some signals ignored,
-    // some blocked. SIGTRAP and SIGSYS are not forwarded, so only the reset in
-    // meshwrap's spawn clears them.
+    // some blocked. SIGTRAP, SIGSYS, 32 and 34 have no handler in meshwrap, so
+    // only the reset in meshwrap's spawn clears them.
     // SAFETY: runs in the forked child before exec; signal and sigprocmask are async-signal-safe.
     unsafe {
         mw.command().pre_exec(|| {
             for sig in [libc::SIGUSR2, libc::SIGTRAP, libc::SIGSYS, libc::SIGPIPE, libc::SIGHUP] {
                 libc::signal(sig, libc::SIG_IGN);
+            }
+            // Signals 32 and 34 are reserved by libc, whose signal() refuses
+            // them; parents (cargo's process chain, for one) still leave them
+            // ignored. The kernel's struct sigaction with SIG_IGN (1) first.
+            let ignore = [1u64, 0, 0, 0];
+            for sig in [32, 34] {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    sig,
+                    ignore.as_ptr(),
+                    std::ptr::null_mut::<u8>(),
+                    8usize,
+                );
             }
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
@@ -53,4 +66,30 @@ fn arguments_are_passed_as_given_without_a_shell() {
         .run()
         .assert_code(0)
         .assert_stdout("a b|$HOME|*|--|-v|'q'|");
+}
+
+#[test]
+fn on_a_terminal_the_command_gets_the_foreground() {
+    if !std::path::Path::new("/usr/bin/script").exists() {
+        println!("skipped on_a_terminal_the_command_gets_the_foreground: /usr/bin/script (util-linux) is missing");
+        return;
+    }
+    let sidecar = FakeSidecar::ready();
+    // script runs meshwrap on a new pseudo-terminal; the command prints its
+    // process group and the terminal's foreground group (fields 5 and 8).
+    let inner = format!(
+        "{} -q --ready-url {} --quit-url {} cut -d' ' -f5,8 /proc/self/stat",
+        crate::support::command::meshwrap_bin().display(),
+        sidecar.ready_url(),
+        sidecar.quit_url()
+    );
+    let run = Meshwrap::program("/usr/bin/script")
+        .args(["-qec", &inner, "/dev/null"])
+        .run();
+    run.assert_code(0);
+    let groups: Vec<&str> = run.stdout.split_whitespace().collect();
+    run.check(
+        groups.len() == 2 && groups[0] == groups[1],
+        "the command's group is the terminal's foreground",
+    );
 }

@@ -185,3 +185,14 @@ fn json_logs_are_one_object_per_line() {
         "fields keep their types",
     );
 }
+
+#[test]
+fn the_readme_usage_is_the_help_text() {
+    let help = Meshwrap::new().arg("--help").run();
+    help.assert_code(0);
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    assert!(
+        readme.contains(help.stdout.trim_end()),
+        "README.md's usage section differs from `meshwrap --help`; paste the help text into it"
+    );
+}

@@ -67,8 +67,8 @@ pub fn spawn(command: &[OsString]) -> Result<Child, SpawnError> {
     let mut cmd = Command::new(program);
     cmd.args(args).process_group(0);
     // SAFETY: the hook runs in the forked child before exec and makes only
-    // async-signal-safe calls (signal, tcsetpgrp, getpid, pthread_sigmask); it
-    // allocates nothing.
+    // async-signal-safe calls (signal, tcsetpgrp, getpid, rt_sigaction,
+    // pthread_sigmask); it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             if on_terminal {
@@ -76,11 +76,7 @@ pub fn spawn(command: &[OsString]) -> Result<Child, SpawnError> {
                 libc::signal(libc::SIGTTOU, libc::SIG_IGN);
                 libc::tcsetpgrp(0, libc::getpid());
             }
-            for sig in 1..=libc::SIGRTMAX() {
-                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                    libc::signal(sig, libc::SIG_DFL);
-                }
-            }
+            reset_dispositions();
             // std does not reset the mask in every version; do not rely on it.
             signals::unblock_all()
         });
@@ -96,6 +92,32 @@ pub fn spawn(command: &[OsString]) -> Result<Child, SpawnError> {
                 _ => 126,
             };
             Err(SpawnError { code, error })
+        }
+    }
+}
+
+/// Sets every signal's disposition to default, in the forked child.
+///
+/// The raw syscall, not libc's `signal`: glibc and musl refuse to touch the
+/// signals they reserve (32-34), yet a parent may have left those ignored, and
+/// an ignored signal stays ignored across exec.
+fn reset_dispositions() {
+    // The kernel's struct sigaction, all zero: SIG_DFL, no flags, no restorer,
+    // empty mask. Zero means the same in every architecture's layout.
+    let default_action = [0u64; 4];
+    for sig in 1..=libc::SIGRTMAX() {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            // SAFETY: rt_sigaction reads `default_action` (large enough for the
+            // kernel's struct with an 8-byte mask) and writes nothing back.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    sig,
+                    default_action.as_ptr(),
+                    std::ptr::null_mut::<u8>(),
+                    8usize,
+                )
+            };
         }
     }
 }
