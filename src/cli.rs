@@ -27,6 +27,9 @@ Example:
   meshwrap -- python train.py --epochs 10
   Waits for the Istio sidecar, runs the command, then tells the sidecar to quit.
 
+  meshwrap install /mesh
+  Copies meshwrap into /mesh (for an init container and a shared emptyDir).
+
 Exit status:
   N      the command exited with N
   128+S  the command was killed by signal S (137: SIGKILL or OOM, 143: SIGTERM),

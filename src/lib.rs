@@ -13,6 +13,7 @@
 
 pub mod cli;
 pub mod duration;
+pub mod install;
 pub mod log;
 pub mod sidecar;
 pub mod supervise;
@@ -28,6 +29,12 @@ pub const EXIT_MESHWRAP_FAILED: u8 = 125;
 
 /// Runs meshwrap with these arguments; returns the process exit code.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
+    let args: Vec<OsString> = args.into_iter().collect();
+    // `meshwrap install DIR` copies the binary for an init container; only
+    // as the very first argument, so `meshwrap -- install` runs `install`.
+    if args.get(1).is_some_and(|a| a == "install") {
+        return install::main(&args[2..]);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => return internal_error("cannot start the runtime", e),
@@ -92,7 +99,7 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
                     signal = &signals::name(sig)
                 );
                 quit_sidecars(config, false, false).await;
-                return 128 + sig as u8;
+                return supervise::Status::Signaled(sig).exit_code();
             }
         }
     } else {
@@ -139,7 +146,7 @@ async fn wait_for_sidecars(config: &Config, signals: &mut Signals) -> Waited {
 
 /// Spawns and supervises the command; returns meshwrap's exit code for it.
 async fn run_command(config: &Config, signals: &mut Signals) -> u8 {
-    let program = config.command[0].to_string_lossy();
+    let program = config.command.first().map(|p| p.to_string_lossy()).unwrap_or_default();
     let started = Instant::now();
     match supervise::spawn(&config.command) {
         Ok(child) => {

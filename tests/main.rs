@@ -6,6 +6,7 @@ mod support;
 mod child_env;
 mod cli;
 mod exit_status;
+mod install;
 mod pid1;
 mod quit;
 mod readiness;
