@@ -5,6 +5,7 @@ mod support;
 
 mod child_env;
 mod cli;
+mod examples;
 mod exit_status;
 mod install;
 mod pid1;

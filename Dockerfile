@@ -1,0 +1,35 @@
+# meshwrap's image: FROM scratch, nothing but the static binary.
+#
+#   docker build -t meshwrap .                    # builds the binary inside (rust:alpine)
+#   docker build --target prebuilt -t meshwrap .  # uses target/x86_64-unknown-linux-musl/release/meshwrap
+#                                                 # from the build context (.ci/release builds it)
+#
+# Use it as an init container (`meshwrap install /mesh` into an emptyDir), or
+# copy /meshwrap into a training image (examples/docker/).
+
+ARG RUST_VERSION=1.95
+
+FROM rust:${RUST_VERSION}-alpine AS build
+WORKDIR /src
+COPY . .
+# rust:alpine's native target is musl, so this binary is static.
+RUN cargo build --release --locked && cp target/release/meshwrap /meshwrap
+
+# What both final stages share: labels and the entrypoint.
+FROM scratch AS base
+ARG VERSION=0.1.0
+ARG SOURCE=unknown
+LABEL org.opencontainers.image.title="meshwrap" \
+      org.opencontainers.image.description="Wait for the service-mesh sidecar, run a command as PID 1, then quit the sidecar" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENTRYPOINT ["/meshwrap"]
+
+# The final stage from a binary built outside the image.
+FROM base AS prebuilt
+COPY target/x86_64-unknown-linux-musl/release/meshwrap /meshwrap
+
+# The default final stage: the binary built above.
+FROM base AS release
+COPY --from=build /meshwrap /meshwrap
