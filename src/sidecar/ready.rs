@@ -1,20 +1,22 @@
 //! The readiness wait: poll each ready URL until it has answered 2xx once.
 //!
-//! The poll interval trades start latency against CPU during a long wait,
-//! and the two states of a sidecar that is not ready are treated apart:
+//! The poll interval trades start latency against CPU during a long wait. It
+//! is a function of how long the endpoint has been in its current state:
+//! 5 ms, growing by 1 ms for every 20 ms spent in the state, up to 100 ms.
+//! So a sidecar that turns ready soon after a change is seen within a few
+//! milliseconds, and one that stays unready costs ten polls a second.
 //!
 //! - **Refused** (nothing listens yet: the proxy container is still starting).
-//!   Checked every 5 ms for the first 2 s, the window in which proxies come
-//!   up, so the command starts within milliseconds of the listener. After
-//!   that the interval grows 5% per poll to 100 ms. Measured on these
-//!   machines, a refused loopback connect after a sleep costs about 0.2 ms of
-//!   CPU (cold caches, conntrack), so 5 ms forever would cost 4% of a core.
+//!   The first 2 s stay at 5 ms, the window in which proxies come up; only
+//!   then does the interval grow. Measured on these machines, a refused
+//!   loopback connect after a sleep costs about 0.2 ms of CPU (cold caches,
+//!   conntrack), so 5 ms forever would cost 4% of a core.
 //! - **Answering, not ready** (503 while Envoy initialises, a garbage or
 //!   hanging answer). Every poll is a real request to the proxy, so the
-//!   interval starts at 5 ms and grows 25% per poll to 100 ms: at most ten
-//!   requests a second in a long wait.
+//!   interval grows from the first answer: 20 ms after 300 ms of 503s, and
+//!   under 20 requests a second over the first 5 s.
 //!
-//! The interval restarts when the state changes, so a listener that comes up
+//! The clock restarts when the state changes, so a listener that comes up
 //! after a long refusal is polled fast again while it initialises.
 
 use std::time::Duration;
@@ -29,6 +31,8 @@ use crate::log;
 pub const FIRST_INTERVAL: Duration = Duration::from_millis(5);
 /// How long a refusing port is polled at the shortest interval.
 pub const FAST_WINDOW: Duration = Duration::from_secs(2);
+/// The interval grows by 1/SLOWDOWN of the time spent in a state.
+const SLOWDOWN: u32 = 20;
 /// The longest interval, in either state.
 pub const MAX_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -40,18 +44,11 @@ enum Seen {
     Answered(String),
 }
 
-/// The delay before the next poll, given the state, the last delay, and how
-/// long the endpoint has been in this state.
-fn next_delay(refused: bool, previous: Duration, in_state: Duration) -> Duration {
-    let grown = if refused {
-        if in_state < FAST_WINDOW {
-            return FIRST_INTERVAL;
-        }
-        previous * 21 / 20
-    } else {
-        previous * 5 / 4
-    };
-    grown.clamp(FIRST_INTERVAL, MAX_INTERVAL)
+/// The delay before the next poll, given whether the port refused and how
+/// long the endpoint has been in that state.
+fn next_delay(refused: bool, in_state: Duration) -> Duration {
+    let grace = if refused { FAST_WINDOW } else { Duration::ZERO };
+    (FIRST_INTERVAL + in_state.saturating_sub(grace) / SLOWDOWN).min(MAX_INTERVAL)
 }
 
 /// Polls every endpoint until each has answered 2xx once; returns the number
@@ -65,7 +62,6 @@ pub async fn wait_all(endpoints: &[Endpoint], request_timeout: Duration) -> u32 
 
 async fn wait_one(endpoint: &Endpoint, request_timeout: Duration) -> u32 {
     let mut polls = 0;
-    let mut delay = Duration::ZERO;
     let mut seen = Seen::Nothing;
     let mut since = Instant::now();
     loop {
@@ -100,11 +96,11 @@ async fn wait_one(endpoint: &Endpoint, request_timeout: Duration) -> u32 {
             };
             log!(Debug, "sidecar not ready yet", url = &endpoint.url, saw = &what);
             if std::mem::discriminant(&now) != std::mem::discriminant(&seen) {
-                (since, delay) = (started, Duration::ZERO);
+                since = started;
             }
             seen = now;
         }
-        delay = next_delay(seen == Seen::Refused, delay, since.elapsed());
+        let delay = next_delay(seen == Seen::Refused, since.elapsed());
         // A poll that took long (a hanging endpoint) already waited; never poll
         // back-to-back, though, so a fast-failing answer cannot spin the CPU.
         let waited = started.elapsed();
@@ -116,11 +112,11 @@ async fn wait_one(endpoint: &Endpoint, request_timeout: Duration) -> u32 {
 mod tests {
     use super::*;
 
-    /// Polls sent within `span` by a sidecar that stays in one state.
+    /// Polls sent within `span` to a sidecar that stays in one state, and the last interval.
     fn polls_within(refused: bool, span: Duration) -> (u32, Duration) {
         let (mut t, mut delay, mut polls) = (Duration::ZERO, Duration::ZERO, 0);
         while t < span {
-            delay = next_delay(refused, delay, t);
+            delay = next_delay(refused, t);
             t += delay;
             polls += 1;
         }
@@ -129,24 +125,22 @@ mod tests {
 
     #[test]
     fn a_refusing_port_is_polled_fast_then_gently() {
-        assert_eq!(
-            next_delay(true, MAX_INTERVAL, Duration::from_millis(1999)),
-            FIRST_INTERVAL
-        );
-        let (early, _) = polls_within(true, FAST_WINDOW);
-        assert_eq!(early, 400);
+        assert_eq!(next_delay(true, Duration::from_millis(1999)), FIRST_INTERVAL);
+        assert_eq!(polls_within(true, FAST_WINDOW).0, 400);
         let (ten, _) = polls_within(true, Duration::from_secs(10));
         let (sixty, delay) = polls_within(true, Duration::from_secs(60));
         assert_eq!(delay, MAX_INTERVAL);
-        // Once the interval has grown: at most ten polls a second.
+        // Once the interval has grown: ten polls a second.
         assert!(sixty - ten <= 50 * 10 + 1, "{} polls from 10 s to 60 s", sixty - ten);
     }
 
     #[test]
-    fn answering_polls_back_off_to_at_most_40_a_second() {
+    fn answering_polls_start_fast_and_stay_under_40_a_second() {
+        assert_eq!(next_delay(false, Duration::ZERO), FIRST_INTERVAL);
+        // A 503 phase of 300 ms is still seen within 20 ms of its end.
+        assert!(next_delay(false, Duration::from_millis(300)) <= Duration::from_millis(20));
         let (polls, delay) = polls_within(false, Duration::from_secs(5));
         assert_eq!(delay, MAX_INTERVAL);
         assert!(polls <= 5 * 40, "{polls} polls in 5 s");
-        assert_eq!(next_delay(false, Duration::ZERO, Duration::ZERO), FIRST_INTERVAL);
     }
 }
