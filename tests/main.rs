@@ -9,6 +9,7 @@ mod examples;
 mod exit_status;
 mod install;
 mod pid1;
+mod pod;
 mod quit;
 mod readiness;
 mod signals;

@@ -204,6 +204,20 @@ impl Running {
         self.stdin = None;
     }
 
+    /// Whether the process exits within `limit` (it is left running if not).
+    pub fn exits_within(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            if self.child.try_wait().unwrap().is_some() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Waits (bounded) for the process to exit and returns everything it printed.
     pub fn finish(mut self) -> Run {
         self.stdin = None;

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod command;
+pub mod pod;
 pub mod sidecar;
 
 pub use command::{Meshwrap, Running, Stream, probe_bin};

@@ -1,0 +1,230 @@
+//! `fakemesh`: the processes of a simulated pod, for the end-to-end tests in
+//! tests/pod.rs, which build the pod itself from network namespaces, veth
+//! links and istio-init's iptables rules. Each mode prints one line per event.
+//!
+//! - `fakemesh sidecar UID DELAY_MS`: a fake Istio proxy. It drops to UID
+//!   (Istio's proxy runs as 1337, which the redirect rule exempts, so its own
+//!   connections are not looped back to it), waits DELAY_MS (the proxy
+//!   container is still being pulled and started: connections are refused),
+//!   then listens on 15001 and forwards every redirected connection to its
+//!   original destination (`SO_ORIGINAL_DST`), answers `GET :15021/healthz/ready`
+//!   with 200, and answers `POST :15020/quitquitquit` with `200 OK` and exits 0.
+//! - `fakemesh serve ADDR BYTES`: the remote host: answers every request with BYTES bytes.
+//! - `fakemesh fetch URL CODE`: the app: downloads URL and exits CODE, or 1 if
+//!   the download failed.
+//! - `fakemesh worker LISTEN PEER_URL`: a TFJob worker: serves its shard on
+//!   LISTEN, fetches its peer's (retrying while the peer is not up, for up to
+//!   10 s), and exits 0 once it has both reached its peer and been reached.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match args.as_slice() {
+        ["sidecar", uid, delay] => sidecar(uid.parse().unwrap(), Duration::from_millis(delay.parse().unwrap())),
+        ["serve", addr, bytes] => serve(addr, bytes.parse().unwrap()),
+        ["fetch", url, code] => std::process::exit(fetch_main(url, code.parse().unwrap())),
+        ["worker", listen, peer] => std::process::exit(worker(listen, peer)),
+        _ => {
+            eprintln!(
+                "usage: fakemesh sidecar UID DELAY_MS | serve ADDR BYTES | fetch URL CODE | worker LISTEN PEER_URL"
+            );
+            std::process::exit(2);
+        }
+    }
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// Reads a request head; returns its first line.
+fn read_head(stream: &mut TcpStream) -> String {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_string()
+}
+
+fn respond(stream: &mut TcpStream, status: &str, body: &[u8]) {
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(body);
+}
+
+fn sidecar(uid: u32, delay: Duration) {
+    // SAFETY: setgid/setuid take plain integers; the group goes first, while still root.
+    unsafe {
+        assert_eq!(libc::setgid(uid), 0, "setgid");
+        assert_eq!(libc::setuid(uid), 0, "setuid");
+    }
+    say("sidecar: container started, not listening yet");
+    thread::sleep(delay);
+    let outbound = TcpListener::bind("0.0.0.0:15001").expect("bind 15001");
+    let ready = TcpListener::bind("0.0.0.0:15021").expect("bind 15021");
+    let admin = TcpListener::bind("127.0.0.1:15020").expect("bind 15020");
+    say("sidecar: up");
+    thread::spawn(move || {
+        for conn in outbound.incoming().flatten() {
+            thread::spawn(move || forward(conn));
+        }
+    });
+    thread::spawn(move || {
+        let mut first = true;
+        for mut conn in ready.incoming().flatten() {
+            read_head(&mut conn);
+            respond(&mut conn, "200 OK", b"");
+            if std::mem::take(&mut first) {
+                say("sidecar: answered ready");
+            }
+        }
+    });
+    for mut conn in admin.incoming().flatten() {
+        let line = read_head(&mut conn);
+        if line.starts_with("POST /quitquitquit ") {
+            respond(&mut conn, "200 OK", b"OK");
+            say("sidecar: quit received, exiting");
+            std::process::exit(0);
+        }
+        respond(&mut conn, "405 Method Not Allowed", b"");
+    }
+}
+
+/// Forwards one redirected connection to where the app meant it to go.
+fn forward(inbound: TcpStream) {
+    let Some(destination) = original_destination(&inbound) else {
+        say("sidecar: no original destination");
+        return;
+    };
+    say(&format!("sidecar: forwarding to {destination}"));
+    let Ok(outbound) = TcpStream::connect_timeout(&destination, Duration::from_secs(2)) else {
+        say(&format!("sidecar: {destination} unreachable"));
+        return;
+    };
+    let (mut a, mut b) = (inbound.try_clone().unwrap(), outbound.try_clone().unwrap());
+    let upstream = thread::spawn(move || {
+        let _ = std::io::copy(&mut a, &mut b);
+        let _ = b.shutdown(std::net::Shutdown::Write);
+    });
+    let (mut a, mut b) = (outbound, inbound);
+    let _ = std::io::copy(&mut a, &mut b);
+    let _ = b.shutdown(std::net::Shutdown::Write);
+    let _ = upstream.join();
+}
+
+/// The address a connection had before iptables redirected it here.
+fn original_destination(stream: &TcpStream) -> Option<SocketAddr> {
+    // SAFETY: sockaddr_in is plain data; getsockopt writes at most `len` bytes into it.
+    unsafe {
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let result = libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_IP,
+            libc::SO_ORIGINAL_DST,
+            (&mut addr as *mut libc::sockaddr_in).cast(),
+            &mut len,
+        );
+        (result == 0).then(|| {
+            let ip = Ipv4Addr::from(u32::from_be(addr.sin_addr.s_addr));
+            SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(addr.sin_port)))
+        })
+    }
+}
+
+fn serve(addr: &str, bytes: usize) {
+    let listener = TcpListener::bind(addr).expect("bind");
+    say("remote: serving");
+    let body = vec![b'x'; bytes];
+    for mut conn in listener.incoming().flatten() {
+        read_head(&mut conn);
+        respond(&mut conn, "200 OK", &body);
+        say(&format!("remote: served {bytes} bytes"));
+    }
+}
+
+/// GETs an http://IP:PORT/PATH URL; returns the body.
+fn fetch(url: &str) -> std::io::Result<Vec<u8>> {
+    let rest = url.strip_prefix("http://").expect("an http URL");
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let addr: SocketAddr = host.parse().expect("IP:PORT");
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n"
+    )?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let start = response.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    start
+        .map(|i| response[i..].to_vec())
+        .ok_or_else(|| std::io::Error::other("no HTTP response"))
+}
+
+fn fetch_main(url: &str, code: i32) -> i32 {
+    say("app: started");
+    match fetch(url) {
+        Ok(body) => {
+            say(&format!("app: fetched {} bytes", body.len()));
+            code
+        }
+        Err(e) => {
+            say(&format!("app: fetch failed: {e}"));
+            1
+        }
+    }
+}
+
+fn worker(listen: &str, peer: &str) -> i32 {
+    let listener = TcpListener::bind(listen).expect("bind");
+    let reached = Arc::new(AtomicBool::new(false));
+    let served = reached.clone();
+    thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            read_head(&mut conn);
+            respond(&mut conn, "200 OK", b"shard");
+            served.store(true, Ordering::SeqCst);
+        }
+    });
+    say("worker: listening");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let got = loop {
+        match fetch(peer) {
+            Ok(body) => break body,
+            Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(50)),
+            Err(e) => {
+                say(&format!("worker: peer unreachable: {e}"));
+                return 1;
+            }
+        }
+    };
+    say(&format!("worker: reached peer ({} bytes)", got.len()));
+    while !reached.load(Ordering::SeqCst) {
+        if Instant::now() > deadline {
+            say("worker: never reached by its peer");
+            return 1;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    say("worker: done");
+    0
+}
