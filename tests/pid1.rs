@@ -53,7 +53,7 @@ fn as_pid1_sigterm_is_forwarded_and_exits_143() {
         .spawn();
     mw.wait_stdout("ready");
     // unshare does not forward signals; send SIGTERM to meshwrap itself, its child.
-    let meshwrap = child_of(mw.pid());
+    let meshwrap = crate::support::pod::child_of(mw.pid());
     // SAFETY: kill takes plain integers.
     assert_eq!(unsafe { libc::kill(meshwrap, libc::SIGTERM) }, 0);
     mw.finish()
@@ -69,29 +69,8 @@ fn as_subreaper_orphans_are_reaped() {
         .args([probe_bin(), "orphans".into(), "100".into()])
         .spawn();
     mw.wait_stdout("reaped 100");
-    let ppid = mw.wait_stdout_prefix("ppid ");
+    let ppid = mw.wait_for(Stream::Stdout, "ppid ", false);
     assert_eq!(ppid, format!("ppid {}", mw.pid()), "the probe's parent is meshwrap");
     mw.close_stdin();
     mw.finish().assert_code(0);
-}
-
-/// The single child of `pid` (unshare's forked meshwrap).
-fn child_of(pid: i32) -> i32 {
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
-    children
-        .split_whitespace()
-        .next()
-        .expect("unshare has a child")
-        .parse()
-        .unwrap()
-}
-
-trait Prefix {
-    fn wait_stdout_prefix(&mut self, prefix: &str) -> String;
-}
-
-impl Prefix for Running {
-    fn wait_stdout_prefix(&mut self, prefix: &str) -> String {
-        self.wait_for(Stream::Stdout, prefix, false)
-    }
 }

@@ -19,14 +19,54 @@ fn dataset_url() -> String {
     format!("http://{REMOTE}:80/dataset")
 }
 
-/// A pod namespace with the mesh redirect, linked to a remote host serving the dataset.
-fn pod_with_remote(node: &mut Node) -> (String, Running) {
-    let pod_ns = node.namespace("pod");
+/// A pod namespace with the mesh redirect, linked to a remote host serving
+/// the dataset, and meshwrap installed in its emptyDir by the init container.
+struct MeshedPod {
+    node: Node,
+    ns: String,
+    meshwrap: String,
+    fakemesh: String,
+    _remote: Running,
+}
+
+fn meshed_pod() -> MeshedPod {
+    let mut node = Node::new();
+    let ns = node.namespace("pod");
     let remote_ns = node.namespace("remote");
-    node.link((&pod_ns, POD), (&remote_ns, REMOTE));
-    node.mesh_redirect(&pod_ns);
+    node.link((&ns, POD), (&remote_ns, REMOTE));
+    node.mesh_redirect(&ns);
     let remote = node.remote(&remote_ns, REMOTE, DATASET_BYTES);
-    (pod_ns, remote)
+    let meshwrap = node.empty_dir_with_meshwrap().to_string_lossy().into_owned();
+    let fakemesh = node.fakemesh();
+    MeshedPod {
+        node,
+        ns,
+        meshwrap,
+        fakemesh,
+        _remote: remote,
+    }
+}
+
+impl MeshedPod {
+    /// The app container running `args` (meshwrap's, or none) around the dataset download.
+    fn fetch(&self, meshwrap_args: Option<&[&str]>, exit_code: &str) -> Running {
+        let url = dataset_url();
+        let download = [self.fakemesh.as_str(), "fetch", &url, exit_code];
+        let command: Vec<&str> = match meshwrap_args {
+            Some(args) => [&[self.meshwrap.as_str()], args, &["--"], &download[..]].concat(),
+            None => download.to_vec(),
+        };
+        self.node.app(&self.ns, &command)
+    }
+
+    /// The sidecar container, and wait until it listens unless it is delayed.
+    fn sidecar(&self, delay: Duration) -> Running {
+        let mut sidecar = self.node.sidecar(&self.ns, delay);
+        if delay.is_zero() {
+            sidecar.wait_stdout("sidecar: up");
+        }
+        sidecar
+    }
 }
 
 #[test]
@@ -34,11 +74,9 @@ fn pod_1_without_meshwrap_the_download_is_refused_and_the_pod_never_completes() 
     if pod::skip("pod_1") {
         return;
     }
-    let mut node = Node::new();
-    let (ns, _remote) = pod_with_remote(&mut node);
-    let mut sidecar = node.sidecar(&ns, PROXY_DELAY);
-    let fakemesh = node.fakemesh();
-    let app = node.app(&ns, &[&fakemesh, "fetch", &dataset_url(), "0"]).finish();
+    let pod = meshed_pod();
+    let mut sidecar = pod.sidecar(PROXY_DELAY);
+    let app = pod.fetch(None, "0").finish();
     app.assert_code(1);
     app.check(
         app.stdout.contains("app: fetch failed: Connection refused"),
@@ -56,46 +94,26 @@ fn pod_2_with_meshwrap_the_download_succeeds_and_the_pod_completes() {
     if pod::skip("pod_2") {
         return;
     }
-    let mut node = Node::new();
-    let (ns, _remote) = pod_with_remote(&mut node);
-    let meshwrap = node.empty_dir_with_meshwrap();
-    let mut sidecar = node.sidecar(&ns, PROXY_DELAY);
-    let fakemesh = node.fakemesh();
-    let mut app = node.app(
-        &ns,
-        &[
-            meshwrap.to_str().unwrap(),
-            "--",
-            &fakemesh,
-            "fetch",
-            &dataset_url(),
-            "0",
-        ],
-    );
+    let pod = meshed_pod();
+    let mut sidecar = pod.sidecar(PROXY_DELAY);
+    let mut app = pod.fetch(Some(&[]), "0");
     sidecar.wait_stdout("sidecar: up");
-    let up = node.at();
+    let up = pod.node.at();
     app.wait_stdout("app: started");
-    let started = node.at();
+    let started = pod.node.at();
     sidecar.wait_stdout("sidecar: quit received, exiting");
-    let quit = node.at();
+    let quit = pod.node.at();
     let app = app.finish();
     app.assert_code(0).assert_stderr_has("sidecar quit");
     app.check(
         app.stdout.contains(&format!("app: fetched {DATASET_BYTES} bytes")),
         "the download went through the mesh",
     );
-    let sidecar_out = sidecar.finish();
-    sidecar_out.assert_code(0);
-    sidecar_out.check(
-        sidecar_out
-            .stdout
-            .contains(&format!("sidecar: forwarding to {REMOTE}:80")),
-        "through the sidecar",
-    );
-    sidecar_out.check(
-        sidecar_out.stdout.matches("quit received").count() == 1,
-        "exactly one quit",
-    );
+    let sidecar = sidecar.finish();
+    sidecar.assert_code(0);
+    let forwarded = format!("sidecar: forwarding to {REMOTE}:80");
+    sidecar.check(sidecar.stdout.contains(&forwarded), "through the sidecar");
+    sidecar.check(sidecar.stdout.matches("quit received").count() == 1, "exactly one quit");
     println!("timeline: sidecar up +{up} ms, command started +{started} ms, quit +{quit} ms, pod Succeeded");
 }
 
@@ -105,22 +123,9 @@ fn pod_3_a_failing_command_fails_the_pod_or_keeps_the_sidecar_per_policy() {
         return;
     }
     for (policy, expected) in [("always", Phase::Failed(3)), ("on-success", Phase::StuckNotReady)] {
-        let mut node = Node::new();
-        let (ns, _remote) = pod_with_remote(&mut node);
-        let meshwrap = node.empty_dir_with_meshwrap();
-        let mut sidecar = node.sidecar(&ns, PROXY_DELAY);
-        let fakemesh = node.fakemesh();
-        let command = [
-            meshwrap.to_str().unwrap(),
-            "--quit-policy",
-            policy,
-            "--",
-            &fakemesh,
-            "fetch",
-            &dataset_url(),
-            "3",
-        ];
-        let app = node.app(&ns, &command).finish();
+        let pod = meshed_pod();
+        let mut sidecar = pod.sidecar(PROXY_DELAY);
+        let app = pod.fetch(Some(&["--quit-policy", policy]), "3").finish();
         app.assert_code(3);
         assert_eq!(pod::phase(app.code(), &mut sidecar), expected, "--quit-policy {policy}");
     }
@@ -131,20 +136,11 @@ fn pod_4_deleting_the_pod_terminates_the_command_with_143() {
     if pod::skip("pod_4") {
         return;
     }
-    let mut node = Node::new();
-    let (ns, _remote) = pod_with_remote(&mut node);
-    let meshwrap = node.empty_dir_with_meshwrap();
-    let mut sidecar = node.sidecar(&ns, Duration::ZERO);
-    sidecar.wait_stdout("sidecar: up");
-    let mut app = node.app(
-        &ns,
-        &[
-            meshwrap.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            "echo running; exec sleep 60",
-        ],
+    let pod = meshed_pod();
+    let sidecar = pod.sidecar(Duration::ZERO);
+    let mut app = pod.node.app(
+        &pod.ns,
+        &[&pod.meshwrap, "--", "sh", "-c", "echo running; exec sleep 60"],
     );
     app.wait_stdout("running");
     // The kubelet sends SIGTERM to every container's PID 1.
@@ -164,21 +160,9 @@ fn pod_5_a_sidecar_that_never_starts_fails_without_running_the_command() {
     if pod::skip("pod_5") {
         return;
     }
-    let mut node = Node::new();
-    let (ns, _remote) = pod_with_remote(&mut node);
-    let meshwrap = node.empty_dir_with_meshwrap();
-    let fakemesh = node.fakemesh();
-    let command = [
-        meshwrap.to_str().unwrap(),
-        "--timeout",
-        "2s",
-        "--quit-timeout",
-        "500ms",
-        "--",
-        &fakemesh,
-    ];
-    let app = node
-        .app(&ns, &[&command[..], &["fetch", &dataset_url(), "0"]].concat())
+    let pod = meshed_pod();
+    let app = pod
+        .fetch(Some(&["--timeout", "2s", "--quit-timeout", "500ms"]), "0")
         .finish();
     app.assert_code(125)
         .assert_stdout("")
@@ -190,12 +174,11 @@ fn pod_6_meshwrap_as_pid_1_reaps_50_orphans() {
     if pod::skip("pod_6") {
         return;
     }
-    let mut node = Node::new();
-    let (ns, _remote) = pod_with_remote(&mut node);
-    let meshwrap = node.empty_dir_with_meshwrap();
-    let mut sidecar = node.sidecar(&ns, Duration::ZERO);
-    sidecar.wait_stdout("sidecar: up");
-    let mut app = node.app(&ns, &[meshwrap.to_str().unwrap(), "--", &probe_bin(), "orphans", "50"]);
+    let pod = meshed_pod();
+    let mut sidecar = pod.sidecar(Duration::ZERO);
+    let mut app = pod
+        .node
+        .app(&pod.ns, &[&pod.meshwrap, "--", &probe_bin(), "orphans", "50"]);
     app.wait_stdout("reaped 50");
     app.wait_stdout("ppid 1");
     app.close_stdin();

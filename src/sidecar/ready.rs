@@ -2,7 +2,7 @@
 //!
 //! The poll interval trades start latency against CPU during a long wait. It
 //! is a function of how long the endpoint has been in its current state:
-//! 5 ms, growing by 1 ms for every 20 ms spent in the state, up to 100 ms.
+//! 5 ms, growing by 1 ms for every 40 ms spent in the state, up to 100 ms.
 //! So a sidecar that turns ready soon after a change is seen within a few
 //! milliseconds, and one that stays unready costs ten polls a second.
 //!
@@ -13,8 +13,8 @@
 //!   conntrack), so 5 ms forever would cost 4% of a core.
 //! - **Answering, not ready** (503 while Envoy initialises, a garbage or
 //!   hanging answer). Every poll is a real request to the proxy, so the
-//!   interval grows from the first answer: 20 ms after 300 ms of 503s, and
-//!   under 20 requests a second over the first 5 s.
+//!   interval grows from the first answer: 12.5 ms after 300 ms of 503s, and
+//!   under 30 requests a second over the first 5 s.
 //!
 //! The clock restarts when the state changes, so a listener that comes up
 //! after a long refusal is polled fast again while it initialises.
@@ -32,7 +32,7 @@ pub const FIRST_INTERVAL: Duration = Duration::from_millis(5);
 /// How long a refusing port is polled at the shortest interval.
 pub const FAST_WINDOW: Duration = Duration::from_secs(2);
 /// The interval grows by 1/SLOWDOWN of the time spent in a state.
-const SLOWDOWN: u32 = 20;
+const SLOWDOWN: u32 = 40;
 /// The longest interval, in either state.
 pub const MAX_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -137,8 +137,8 @@ mod tests {
     #[test]
     fn answering_polls_start_fast_and_stay_under_40_a_second() {
         assert_eq!(next_delay(false, Duration::ZERO), FIRST_INTERVAL);
-        // A 503 phase of 300 ms is still seen within 20 ms of its end.
-        assert!(next_delay(false, Duration::from_millis(300)) <= Duration::from_millis(20));
+        // A 503 phase of 300 ms is still seen within 12.5 ms of its end.
+        assert!(next_delay(false, Duration::from_millis(300)) <= Duration::from_micros(12_500));
         let (polls, delay) = polls_within(false, Duration::from_secs(5));
         assert_eq!(delay, MAX_INTERVAL);
         assert!(polls <= 5 * 40, "{polls} polls in 5 s");

@@ -1,0 +1,874 @@
+//! `cargo bench --bench lifecycle [-- --quick]`: what meshwrap costs and how
+//! fast it is, measured on the release binary as a whole process, against an
+//! in-process fake sidecar on loopback, next to the recipe users paste today:
+//!
+//!     until curl -sf READY_URL; do sleep 1; done; CMD; curl -sf -XPOST QUIT_URL
+//!
+//! One clock (CLOCK_MONOTONIC) spans the processes: the command meshwrap runs
+//! is this benchmark binary again (`--helper MODE`), which prints that clock
+//! when it starts, when a signal reaches it, and just before it exits. Each
+//! figure is a median and p95 over repeated runs. The full run prints a
+//! markdown table and writes it to BENCHMARKS.md, with the readiness latency
+//! distribution plotted in images/readiness-latency.svg; `--quick` runs a few
+//! repetitions of each for CI and writes nothing.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+fn now_ns() -> u64 {
+    // SAFETY: clock_gettime writes one timespec.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--helper") {
+        helper(&args[i + 1]);
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let bench = Bench::new(quick);
+    bench.run();
+}
+
+// ---------------------------------------------------------------------------
+// The helper child.
+
+fn say(line: String) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn blocked(signals: &[i32]) -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data, initialised by sigemptyset; the mask is ours.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn helper(mode: &str) -> ! {
+    let start = now_ns();
+    match mode {
+        // Startup, readiness and quit: the first and the last instruction.
+        "run" => {
+            say(format!("start {start}"));
+            say(format!("exit {}", now_ns()));
+        }
+        // Signal latency: the moment SIGTERM is taken.
+        "signal" => {
+            let set = blocked(&[libc::SIGTERM]);
+            say(format!("ready {start}"));
+            // SAFETY: `set` is initialised.
+            unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
+            say(format!("signal {}", now_ns()));
+        }
+        // A signal flood: count SIGUSR1 until SIGTERM, then die of SIGTERM.
+        "count" => {
+            let set = blocked(&[libc::SIGUSR1, libc::SIGTERM]);
+            say(format!("ready {start}"));
+            let mut usr1 = 0u64;
+            loop {
+                // SAFETY: `set` is initialised.
+                let sig = unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
+                if sig == libc::SIGUSR1 {
+                    usr1 += 1;
+                } else if sig == libc::SIGTERM {
+                    say(format!("usr1 {usr1}"));
+                    // SAFETY: restores the default action and unblocks it, so the raise kills us.
+                    unsafe {
+                        libc::signal(libc::SIGTERM, libc::SIG_DFL);
+                        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+                        libc::raise(libc::SIGTERM);
+                    }
+                }
+            }
+        }
+        // Memory: stay until stdin closes.
+        "sleep" => {
+            say(format!("ready {start}"));
+            let _ = std::io::stdin().read(&mut [0u8; 1]);
+        }
+        other => panic!("unknown helper mode {other}"),
+    }
+    std::process::exit(0);
+}
+
+// ---------------------------------------------------------------------------
+// The fake sidecar: refused until it listens, then 503 or 200 as told.
+
+struct Sidecar {
+    port: u16,
+    ready: Arc<AtomicBool>,
+    requests: Arc<AtomicU64>,
+    quit_at: Arc<Mutex<Vec<u64>>>,
+    listening: Mutex<Option<(Arc<AtomicBool>, thread::JoinHandle<()>)>>,
+}
+
+impl Sidecar {
+    fn new() -> Sidecar {
+        // A port below the ephemeral range, so nothing else takes it before we listen.
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let port = loop {
+            let port = 21000 + (std::process::id() as u64 % 300 * 20 + NEXT.fetch_add(1, Ordering::SeqCst)) % 9000;
+            if TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+                break port as u16;
+            }
+        };
+        Sidecar {
+            port,
+            ready: Arc::new(AtomicBool::new(false)),
+            requests: Arc::new(AtomicU64::new(0)),
+            quit_at: Arc::new(Mutex::new(Vec::new())),
+            listening: Mutex::new(None),
+        }
+    }
+
+    fn ready_url(&self) -> String {
+        format!("http://127.0.0.1:{}/healthz/ready", self.port)
+    }
+    fn quit_url(&self) -> String {
+        format!("http://127.0.0.1:{}/quitquitquit", self.port)
+    }
+
+    fn listen(&self) {
+        let listener = TcpListener::bind(("127.0.0.1", self.port)).expect("bind the fake sidecar");
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let (ready, requests, quit_at) = (self.ready.clone(), self.requests.clone(), self.quit_at.clone());
+        let handle = thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(mut conn) = conn else { continue };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 512];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let at = now_ns();
+                requests.fetch_add(1, Ordering::SeqCst);
+                let status = if head.starts_with(b"POST /quitquitquit") {
+                    quit_at.lock().unwrap().push(at);
+                    "200 OK"
+                } else if ready.load(Ordering::SeqCst) {
+                    "200 OK"
+                } else {
+                    "503 Service Unavailable"
+                };
+                let _ = conn.write_all(
+                    format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").as_bytes(),
+                );
+            }
+        });
+        *self.listening.lock().unwrap() = Some((flag, handle));
+    }
+
+    fn stop(&self) {
+        if let Some((stop, handle)) = self.listening.lock().unwrap().take() {
+            stop.store(true, Ordering::SeqCst);
+            let _ = TcpStream::connect(("127.0.0.1", self.port));
+            // The listener is closed only when the thread has returned.
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Running a wrapper (meshwrap or the bash recipe) around the helper.
+
+#[derive(Clone, Copy, PartialEq)]
+enum Wrapper {
+    Meshwrap,
+    Baseline,
+    Direct,
+}
+
+struct Running {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Running {
+    /// The number after `word` in the next line that starts with it (bounded wait).
+    fn value(&mut self, word: &str) -> u64 {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("no `{word}` line"));
+            if let Some(rest) = line.strip_prefix(word) {
+                return rest.trim().parse().unwrap();
+            }
+        }
+    }
+
+    /// Waits for exit; returns the exit code and the process's CPU time (user+sys, ns).
+    fn wait(mut self) -> (i32, u64) {
+        // The `sleep` helper ends when its stdin closes.
+        drop(self.child.stdin.take());
+        let mut status = 0;
+        // SAFETY: wait4 fills `status` and `usage` for our own child.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::wait4(self.child.id() as i32, &mut status, 0, &mut usage) };
+        let cpu = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+        let code = if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            128 + libc::WTERMSIG(status)
+        };
+        (code, cpu(usage.ru_utime) + cpu(usage.ru_stime))
+    }
+}
+
+const STATIC_BIN: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/target/x86_64-unknown-linux-musl/release/meshwrap"
+);
+
+/// The shipped static binary, built now from this source with the cargo that
+/// runs the benchmark (a no-op after .ci/release); cargo's own release build
+/// of meshwrap when the musl target is not installed.
+fn meshwrap_bin() -> &'static str {
+    static BIN: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let built = Command::new(cargo)
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "--target",
+                "x86_64-unknown-linux-musl",
+                "--bin",
+                "meshwrap",
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .is_ok_and(|s| s.success());
+        if built {
+            STATIC_BIN
+        } else {
+            env!("CARGO_BIN_EXE_meshwrap")
+        }
+    })
+}
+
+fn start(wrapper: Wrapper, sidecars: &[&Sidecar], mode: &str, extra: &[&str]) -> Running {
+    let me = std::env::current_exe().unwrap();
+    let helper = format!("{} --helper {mode}", me.display());
+    let mut cmd = match wrapper {
+        Wrapper::Meshwrap => {
+            let mut cmd = Command::new(meshwrap_bin());
+            cmd.arg("-q");
+            for s in sidecars {
+                cmd.args(["--ready-url", &s.ready_url(), "--quit-url", &s.quit_url()]);
+            }
+            cmd.args(extra).arg("--").arg(&me).args(["--helper", mode]);
+            cmd
+        }
+        Wrapper::Baseline => {
+            let s = sidecars[0];
+            let script = format!(
+                "until curl -sf {} >/dev/null; do sleep 1; done; {helper}; curl -sf -XPOST {} >/dev/null",
+                s.ready_url(),
+                s.quit_url()
+            );
+            let mut cmd = Command::new("bash");
+            cmd.args(["-c", &script]);
+            cmd
+        }
+        Wrapper::Direct => {
+            let mut cmd = Command::new(&me);
+            cmd.args(["--helper", mode]);
+            cmd
+        }
+    };
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    Running { child, lines }
+}
+
+// ---------------------------------------------------------------------------
+// Statistics and the report.
+
+#[derive(Clone)]
+struct Sample(Vec<f64>);
+
+impl Sample {
+    fn quantile(&self, q: f64) -> f64 {
+        let mut v = self.0.clone();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[((v.len() - 1) as f64 * q).round() as usize]
+    }
+    fn median(&self) -> f64 {
+        self.quantile(0.5)
+    }
+    fn p95(&self) -> f64 {
+        self.quantile(0.95)
+    }
+}
+
+fn fmt(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else if x >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+struct Row {
+    figure: String,
+    meshwrap: String,
+    baseline: String,
+    target: String,
+    met: Option<bool>,
+}
+
+struct Bench {
+    quick: bool,
+    runs: usize,
+    baseline_runs: usize,
+    has_baseline: bool,
+    rows: Mutex<Vec<Row>>,
+    notes: Mutex<Vec<String>>,
+}
+
+impl Bench {
+    fn new(quick: bool) -> Bench {
+        let has = |tool: &str| {
+            Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        Bench {
+            quick,
+            runs: if quick { 5 } else { 100 },
+            baseline_runs: if quick { 2 } else { 20 },
+            has_baseline: has("bash") && has("curl"),
+            rows: Mutex::new(Vec::new()),
+            notes: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn row(&self, figure: &str, meshwrap: String, baseline: String, target: &str, met: Option<bool>) {
+        println!("{figure}: meshwrap {meshwrap}; baseline {baseline}");
+        self.rows.lock().unwrap().push(Row {
+            figure: figure.into(),
+            meshwrap,
+            baseline,
+            target: target.into(),
+            met,
+        });
+    }
+
+    fn note(&self, note: String) {
+        println!("note: {note}");
+        self.notes.lock().unwrap().push(note);
+    }
+
+    fn run(&self) {
+        if !self.has_baseline {
+            self.note("bash or curl is missing: the baseline column is empty".into());
+        }
+        // Build (or find) the binary before any clock starts.
+        self.note(format!(
+            "meshwrap measured: {}",
+            meshwrap_bin()
+                .trim_start_matches(env!("CARGO_MANIFEST_DIR"))
+                .trim_start_matches('/')
+        ));
+        self.startup();
+        let (refused, answering, baseline) = self.readiness();
+        self.quit();
+        self.signal();
+        self.memory();
+        self.cpu_while_waiting();
+        self.scaling();
+        self.flood();
+        self.binary_size();
+        self.report(&refused, &answering, &baseline);
+    }
+
+    /// `meshwrap -- helper` vs `helper`, sidecar already ready: spawn to the helper's first instruction.
+    fn startup(&self) {
+        let sidecar = Sidecar::new();
+        sidecar.ready.store(true, Ordering::SeqCst);
+        sidecar.listen();
+        let measure = |wrapper: Wrapper, n: usize| {
+            Sample(
+                (0..n)
+                    .map(|_| {
+                        let before = now_ns();
+                        let mut r = start(wrapper, &[&sidecar], "run", &[]);
+                        let first = r.value("start ");
+                        r.wait();
+                        ms(first - before)
+                    })
+                    .collect(),
+            )
+        };
+        let direct = measure(Wrapper::Direct, self.runs);
+        let wrapped = measure(Wrapper::Meshwrap, self.runs);
+        let overhead = wrapped.median() - direct.median();
+        let baseline = if self.has_baseline {
+            let b = measure(Wrapper::Baseline, self.runs.min(50));
+            format!("{} ms", fmt(b.median() - direct.median()))
+        } else {
+            "n/a".into()
+        };
+        self.row(
+            "startup overhead (median, vs running the command directly)",
+            format!("{} ms", fmt(overhead)),
+            baseline,
+            "<= 1 ms",
+            Some(overhead <= 1.0),
+        );
+        self.note(format!("spawning the helper directly takes {} ms (fork, exec, runtime start): that cost is in both columns' absolute times and subtracted here", fmt(direct.median())));
+    }
+
+    /// The sidecar turns ready at a random moment 50-500 ms after the wrapper starts.
+    fn readiness(&self) -> (Sample, Sample, Sample) {
+        let mut seed = now_ns();
+        let mut delay = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            Duration::from_millis(50 + seed % 451)
+        };
+        let mut measure = |wrapper: Wrapper, refused: bool, n: usize| {
+            Sample(
+                (0..n)
+                    .map(|_| {
+                        let sidecar = Sidecar::new();
+                        if !refused {
+                            sidecar.listen();
+                        }
+                        let mut r = start(wrapper, &[&sidecar], "run", &[]);
+                        thread::sleep(delay());
+                        let ready_at = now_ns();
+                        sidecar.ready.store(true, Ordering::SeqCst);
+                        if refused {
+                            sidecar.listen();
+                        }
+                        let first = r.value("start ");
+                        r.wait();
+                        ms(first.saturating_sub(ready_at))
+                    })
+                    .collect(),
+            )
+        };
+        let refused = measure(Wrapper::Meshwrap, true, self.runs);
+        let answering = measure(Wrapper::Meshwrap, false, self.runs);
+        let baseline = if self.has_baseline {
+            measure(Wrapper::Baseline, true, self.baseline_runs)
+        } else {
+            Sample(vec![0.0])
+        };
+        let b = |s: &Sample| {
+            if self.has_baseline {
+                format!("{} / {} ms", fmt(s.median()), fmt(s.p95()))
+            } else {
+                "n/a".into()
+            }
+        };
+        for (name, s) in [
+            ("readiness latency, refused -> 200 (median / p95)", &refused),
+            ("readiness latency, 503 -> 200 (median / p95)", &answering),
+        ] {
+            let met = s.median() <= 10.0 && s.p95() <= 25.0;
+            self.row(
+                name,
+                format!("{} / {} ms", fmt(s.median()), fmt(s.p95())),
+                b(&baseline),
+                "<= 10 ms median, <= 25 ms p95",
+                Some(met),
+            );
+        }
+        self.note("readiness: the sidecar turns ready 50-500 ms (uniformly random) after the wrapper starts; the 503 case answers 503 from the start. Latency is from the flip to the command's first instruction, so it includes meshwrap's spawn of the command".into());
+        (refused, answering, baseline)
+    }
+
+    /// The command's last instruction -> the sidecar receiving the POST.
+    fn quit(&self) {
+        let measure = |wrapper: Wrapper, n: usize| {
+            Sample(
+                (0..n)
+                    .map(|_| {
+                        let sidecar = Sidecar::new();
+                        sidecar.ready.store(true, Ordering::SeqCst);
+                        sidecar.listen();
+                        let mut r = start(wrapper, &[&sidecar], "run", &[]);
+                        let last = r.value("exit ");
+                        r.wait();
+                        let quit = sidecar.quit_at.lock().unwrap()[0];
+                        ms(quit.saturating_sub(last))
+                    })
+                    .collect(),
+            )
+        };
+        let m = measure(Wrapper::Meshwrap, self.runs);
+        let b = if self.has_baseline {
+            format!("{} ms", fmt(measure(Wrapper::Baseline, self.runs.min(50)).median()))
+        } else {
+            "n/a".into()
+        };
+        self.row(
+            "quit latency (median)",
+            format!("{} ms", fmt(m.median())),
+            b,
+            "<= 1 ms",
+            Some(m.median() <= 1.0),
+        );
+    }
+
+    /// `kill -TERM meshwrap` -> the command's handler.
+    fn signal(&self) {
+        let sidecar = Sidecar::new();
+        sidecar.ready.store(true, Ordering::SeqCst);
+        sidecar.listen();
+        let s = Sample(
+            (0..self.runs)
+                .map(|_| {
+                    let mut r = start(Wrapper::Meshwrap, &[&sidecar], "signal", &[]);
+                    r.value("ready ");
+                    let sent = now_ns();
+                    // SAFETY: kill takes plain integers.
+                    unsafe { libc::kill(r.child.id() as i32, libc::SIGTERM) };
+                    let got = r.value("signal ");
+                    r.wait();
+                    ms(got - sent)
+                })
+                .collect(),
+        );
+        self.row(
+            "signal latency (median)",
+            format!("{} ms", fmt(s.median())),
+            "n/a (bash does not forward)".into(),
+            "<= 1 ms",
+            Some(s.median() <= 1.0),
+        );
+    }
+
+    /// Peak RSS (VmHWM) of the wrapper while the command runs.
+    fn memory(&self) {
+        let sidecar = Sidecar::new();
+        sidecar.ready.store(true, Ordering::SeqCst);
+        sidecar.listen();
+        let hwm = |wrapper: Wrapper| {
+            let mut r = start(wrapper, &[&sidecar], "sleep", &[]);
+            r.value("ready ");
+            let status = std::fs::read_to_string(format!("/proc/{}/status", r.child.id())).unwrap();
+            let kb: f64 = status
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .unwrap()
+                .split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse()
+                .unwrap();
+            r.wait();
+            kb / 1024.0
+        };
+        let m = hwm(Wrapper::Meshwrap);
+        let b = if self.has_baseline {
+            format!("{} MiB (bash)", fmt(hwm(Wrapper::Baseline)))
+        } else {
+            "n/a".into()
+        };
+        self.row(
+            "peak RSS while the command runs",
+            format!("{} MiB", fmt(m)),
+            b,
+            "<= 1.5 MiB",
+            Some(m <= 1.5),
+        );
+    }
+
+    /// CPU over a wait for a sidecar that never becomes ready, and requests sent.
+    fn cpu_while_waiting(&self) {
+        let secs = if self.quick { 1 } else { 5 };
+        let timeout = format!("{secs}s");
+        let wait = |wrapper: Wrapper, refused: bool| {
+            let sidecar = Sidecar::new();
+            if !refused {
+                sidecar.listen();
+            }
+            let r = start(
+                wrapper,
+                &[&sidecar],
+                "run",
+                &["--timeout", &timeout, "--quit-policy", "never"],
+            );
+            if wrapper == Wrapper::Baseline {
+                thread::sleep(Duration::from_secs(secs));
+                // SAFETY: kill takes plain integers.
+                unsafe { libc::kill(r.child.id() as i32, libc::SIGKILL) };
+            }
+            let (_, cpu) = r.wait();
+            (ms(cpu), sidecar.requests.load(Ordering::SeqCst))
+        };
+        let (refused_cpu, _) = wait(Wrapper::Meshwrap, true);
+        let (answering_cpu, requests) = wait(Wrapper::Meshwrap, false);
+        let rate = requests as f64 / secs as f64;
+        let b = if self.has_baseline {
+            let (cpu, reqs) = wait(Wrapper::Baseline, false);
+            format!(
+                "{} ms, {} requests/s (bash and curl)",
+                fmt(cpu),
+                fmt(reqs as f64 / secs as f64)
+            )
+        } else {
+            "n/a".into()
+        };
+        self.row(
+            &format!("CPU over a {secs} s wait: 503-answering sidecar"),
+            format!("{} ms, {} requests/s", fmt(answering_cpu), fmt(rate)),
+            b,
+            "<= 25 ms, <= 40 requests/s",
+            Some(answering_cpu <= 25.0 * secs as f64 / 5.0 && rate <= 40.0),
+        );
+        self.row(
+            &format!("CPU over a {secs} s wait: refused (proxy not up)"),
+            format!("{} ms", fmt(refused_cpu)),
+            "".into(),
+            "<= 25 ms",
+            Some(refused_cpu <= 25.0 * secs as f64 / 5.0),
+        );
+        // What one refused poll costs on this machine, to explain the figure.
+        let polls = 200;
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let cpu_now = |u: &mut libc::rusage| {
+            // SAFETY: getrusage fills `u`.
+            unsafe { libc::getrusage(libc::RUSAGE_THREAD, u) };
+            (u.ru_utime.tv_sec * 1_000_000 + u.ru_utime.tv_usec + u.ru_stime.tv_sec * 1_000_000 + u.ru_stime.tv_usec)
+                as f64
+        };
+        let before = cpu_now(&mut usage);
+        for _ in 0..polls {
+            thread::sleep(Duration::from_millis(5));
+            let _ = TcpStream::connect(("127.0.0.1", 1));
+        }
+        let per_poll = (cpu_now(&mut usage) - before) / polls as f64;
+        self.note(format!("on this machine one sleep plus one refused loopback connect costs {} us of CPU (measured here over {polls}), so the 5 ms polling of the first 2 s costs about {} ms per second", fmt(per_poll), fmt(per_poll * 200.0 / 1000.0)));
+    }
+
+    /// Readiness and quit with 1, 4 and 16 endpoints.
+    fn scaling(&self) {
+        for n in [1usize, 4, 16] {
+            let sidecars: Vec<Sidecar> = (0..n).map(|_| Sidecar::new()).collect();
+            let refs: Vec<&Sidecar> = sidecars.iter().collect();
+            let (mut ready, mut quit) = (Vec::new(), Vec::new());
+            for _ in 0..self.runs.min(30) {
+                for s in &sidecars {
+                    s.stop();
+                    s.ready.store(false, Ordering::SeqCst);
+                    s.quit_at.lock().unwrap().clear();
+                    s.listen();
+                }
+                let mut r = start(Wrapper::Meshwrap, &refs, "run", &[]);
+                thread::sleep(Duration::from_millis(100));
+                let ready_at = now_ns();
+                for s in &sidecars {
+                    s.ready.store(true, Ordering::SeqCst);
+                }
+                let first = r.value("start ");
+                let last = r.value("exit ");
+                r.wait();
+                ready.push(ms(first.saturating_sub(ready_at)));
+                let latest = sidecars.iter().map(|s| s.quit_at.lock().unwrap()[0]).max().unwrap();
+                quit.push(ms(latest.saturating_sub(last)));
+            }
+            self.row(
+                &format!("{n} endpoint(s): readiness (503 -> 200) / quit, median"),
+                format!("{} / {} ms", fmt(Sample(ready).median()), fmt(Sample(quit).median())),
+                "".into(),
+                "",
+                None,
+            );
+        }
+    }
+
+    /// 10,000 SIGUSR1 to meshwrap, then SIGTERM: what arrives, the exit, CPU per signal.
+    fn flood(&self) {
+        let sidecar = Sidecar::new();
+        sidecar.ready.store(true, Ordering::SeqCst);
+        sidecar.listen();
+        let count = if self.quick { 1000 } else { 10_000 };
+        let mut r = start(Wrapper::Meshwrap, &[&sidecar], "count", &[]);
+        r.value("ready ");
+        let pid = r.child.id() as i32;
+        for _ in 0..count {
+            // SAFETY: kill takes plain integers.
+            unsafe { libc::kill(pid, libc::SIGUSR1) };
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let arrived = r.value("usr1 ");
+        let (code, cpu) = r.wait();
+        assert_eq!(code, 143, "the final SIGTERM must get through");
+        self.row(
+            &format!("{count} SIGUSR1 then SIGTERM"),
+            format!(
+                "{arrived} forwarded (standard signals coalesce), exit {code}, {} us CPU per signal sent",
+                fmt(cpu as f64 / 1000.0 / count as f64)
+            ),
+            "".into(),
+            "SIGTERM gets through, exit 143",
+            Some(code == 143),
+        );
+    }
+
+    fn binary_size(&self) {
+        match std::fs::metadata(STATIC_BIN)
+            .ok()
+            .filter(|_| meshwrap_bin() == STATIC_BIN)
+        {
+            Some(m) => self.row(
+                "static binary (x86_64 musl)",
+                format!("{} bytes", m.len()),
+                "".into(),
+                "<= 1 MiB (1,048,576 bytes)",
+                Some(m.len() <= 1_048_576),
+            ),
+            None => self.note("no static binary to measure: rustup target add x86_64-unknown-linux-musl".into()),
+        }
+    }
+
+    fn report(&self, refused: &Sample, answering: &Sample, baseline: &Sample) {
+        let mut md = String::from(
+            "# Benchmarks\n\nProduced by `cargo bench --bench lifecycle` (see benches/lifecycle.rs); do not edit by hand.\n",
+        );
+        md += "Baseline: `until curl -sf READY; do sleep 1; done; CMD; curl -sf -XPOST QUIT`.\n\n";
+        md += "| figure | meshwrap | baseline | target | met |\n|---|---|---|---|---|\n";
+        for r in self.rows.lock().unwrap().iter() {
+            let met = match r.met {
+                Some(true) => "yes",
+                Some(false) => "**no**",
+                None => "",
+            };
+            md += &format!(
+                "| {} | {} | {} | {} | {} |\n",
+                r.figure, r.meshwrap, r.baseline, r.target, met
+            );
+        }
+        md += "\n![Readiness latency](images/readiness-latency.svg)\n\n## Notes\n\n";
+        for n in self.notes.lock().unwrap().iter() {
+            md += &format!("- {n}\n");
+        }
+        println!("\n{md}");
+        if self.quick {
+            println!("(--quick: BENCHMARKS.md and the plot are not written)");
+            return;
+        }
+        let root = env!("CARGO_MANIFEST_DIR");
+        let explained = std::fs::read_to_string(format!("{root}/benches/LIMITS.md")).unwrap_or_default();
+        std::fs::write(format!("{root}/BENCHMARKS.md"), md + "\n" + &explained).unwrap();
+        let series = [
+            ("meshwrap, refused -> 200", refused, "#1f6fd0"),
+            ("meshwrap, 503 -> 200", answering, "#2e9e4f"),
+        ];
+        let mut all: Vec<(&str, &Sample, &str)> = series.to_vec();
+        if self.has_baseline {
+            all.push(("bash + curl recipe", baseline, "#d05050"));
+        }
+        std::fs::write(format!("{root}/images/readiness-latency.svg"), plot(&all)).unwrap();
+    }
+}
+
+/// Cumulative distributions on a log-scaled millisecond axis.
+fn plot(series: &[(&str, &Sample, &str)]) -> String {
+    let (w, h, left, right, top, bottom) = (720.0, 360.0, 60.0, 20.0, 40.0, 50.0);
+    let (lo, hi) = (0.1f64.log10(), 2000f64.log10());
+    let x = |ms: f64| left + (ms.max(0.1).log10() - lo) / (hi - lo) * (w - left - right);
+    let y = |q: f64| top + (1.0 - q) * (h - top - bottom);
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n<rect width=\"{w}\" height=\"{h}\" fill=\"#fff\"/>\n<text x=\"{left}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">Readiness latency: sidecar ready -> command's first instruction (CDF)</text>\n"
+    );
+    for tick in [0.1, 1.0, 10.0, 100.0, 1000.0] {
+        let tx = x(tick);
+        svg += &format!(
+            "<line x1=\"{tx:.1}\" y1=\"{top}\" x2=\"{tx:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/><text x=\"{tx:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#555\">{tick} ms</text>\n",
+            h - bottom,
+            h - bottom + 16.0
+        );
+    }
+    for q in [0.0, 0.5, 1.0] {
+        svg += &format!(
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" fill=\"#555\">{q}</text>\n",
+            left - 6.0,
+            y(q) + 4.0
+        );
+    }
+    svg += &format!(
+        "<line x1=\"{left}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#888\"/>\n",
+        h - bottom,
+        w - right,
+        h - bottom
+    );
+    for (i, (name, sample, color)) in series.iter().enumerate() {
+        let mut v = sample.0.clone();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let points: Vec<String> = v
+            .iter()
+            .enumerate()
+            .map(|(k, ms)| format!("{:.1},{:.1}", x(*ms), y((k + 1) as f64 / v.len() as f64)))
+            .collect();
+        svg += &format!(
+            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>\n",
+            points.join(" ")
+        );
+        let ly = top + 14.0 + 16.0 * i as f64;
+        svg += &format!(
+            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"12\" height=\"3\" fill=\"{color}\"/><text x=\"{:.1}\" y=\"{:.1}\">{name}: median {} ms</text>\n",
+            left + 10.0,
+            ly - 4.0,
+            left + 28.0,
+            ly,
+            fmt(sample.median())
+        );
+    }
+    svg += "</svg>\n";
+    svg
+}
