@@ -16,13 +16,22 @@
 //!   LISTEN, fetches its peer's (retrying while the peer is not up, for up to
 //!   10 s), and exits 0 once it has both reached its peer and been reached.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
+
+#[path = "common/http.rs"]
+mod http;
+use http::{read_request_line as read_head, respond};
+
+/// The body of a GET, or why there is none.
+fn fetch(url: &str) -> std::io::Result<Vec<u8>> {
+    http::get(url).map(|(_, body)| body)
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -45,29 +54,6 @@ fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
-}
-
-/// Reads a request head; returns its first line.
-fn read_head(stream: &mut TcpStream) -> String {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => head.extend_from_slice(&buf[..n]),
-        }
-    }
-    String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_string()
-}
-
-fn respond(stream: &mut TcpStream, status: &str, body: &[u8]) {
-    let _ = write!(
-        stream,
-        "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = stream.write_all(body);
 }
 
 fn sidecar(uid: u32, delay: Duration) {
@@ -159,25 +145,6 @@ fn serve(addr: &str, bytes: usize) {
         respond(&mut conn, "200 OK", &body);
         say(&format!("remote: served {bytes} bytes"));
     }
-}
-
-/// GETs an http://IP:PORT/PATH URL; returns the body.
-fn fetch(url: &str) -> std::io::Result<Vec<u8>> {
-    let rest = url.strip_prefix("http://").expect("an http URL");
-    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let addr: SocketAddr = host.parse().expect("IP:PORT");
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n"
-    )?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response)?;
-    let start = response.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
-    start
-        .map(|i| response[i..].to_vec())
-        .ok_or_else(|| std::io::Error::other("no HTTP response"))
 }
 
 fn fetch_main(url: &str, code: i32) -> i32 {

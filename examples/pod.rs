@@ -10,8 +10,8 @@
 //! meshwrap binary (built by this demo with the same cargo). Each run prints
 //! a timeline.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{Sender, channel};
 use std::thread;
@@ -22,6 +22,9 @@ const REFUSED_FOR: Duration = Duration::from_millis(1000);
 const STARTING_FOR: Duration = Duration::from_millis(300);
 /// How long a pod whose app has exited is watched before it counts as stuck.
 const STUCK_AFTER: Duration = Duration::from_secs(2);
+
+#[path = "common/http.rs"]
+mod http;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -54,7 +57,7 @@ fn main() {
 /// The "training" command: fetch the dataset through the sidecar, then train.
 fn train(url: &str) -> i32 {
     println!("started");
-    match get(url) {
+    match http::get(url) {
         Ok((200, body)) => println!("downloaded {} bytes through the mesh", body.len()),
         Ok((status, _)) => {
             println!("dataset download failed: HTTP {status}");
@@ -159,7 +162,7 @@ impl Pod {
                 format!("sidecar still running {} s after the app exited", STUCK_AFTER.as_secs()),
             ));
             // End the demo's sidecar, as `kubectl delete pod` would.
-            let _ = get(&self.quit_url());
+            let _ = http::get(&self.quit_url());
         }
         self.sidecar.join().unwrap();
         drop(self.events);
@@ -204,16 +207,7 @@ fn sidecar(port: u16, born: Instant, events: Sender<(Instant, String)>) {
     });
     for stream in listener.incoming() {
         let Ok(mut stream) = stream else { continue };
-        let mut head = Vec::new();
-        let mut buf = [0u8; 1024];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            match stream.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => head.extend_from_slice(&buf[..n]),
-            }
-        }
-        let request = String::from_utf8_lossy(&head);
-        let line = request.lines().next().unwrap_or("").to_string();
+        let line = http::read_request_line(&mut stream);
         let ready = Instant::now() >= ready_at;
         let (status, body) = match line.split_whitespace().take(2).collect::<Vec<_>>().as_slice() {
             ["GET", "/healthz/ready"] if ready => (200, String::new()),
@@ -223,11 +217,7 @@ fn sidecar(port: u16, born: Instant, events: Sender<(Instant, String)>) {
             ["POST", "/quitquitquit"] | ["GET", "/quitquitquit"] => (200, "OK".into()),
             _ => (404, String::new()),
         };
-        let _ = write!(
-            stream,
-            "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
+        http::respond(&mut stream, &format!("{status} X"), body.as_bytes());
         if line.contains("/quitquitquit") {
             exited.store(true, std::sync::atomic::Ordering::SeqCst);
             say(&format!(
@@ -237,25 +227,4 @@ fn sidecar(port: u16, born: Instant, events: Sender<(Instant, String)>) {
             return;
         }
     }
-}
-
-/// A minimal HTTP GET (the demo's command must not need curl).
-fn get(url: &str) -> std::io::Result<(u16, Vec<u8>)> {
-    let rest = url.strip_prefix("http://").expect("http URL");
-    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let mut stream = TcpStream::connect(host)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n"
-    )?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response)?;
-    let text = String::from_utf8_lossy(&response);
-    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = text
-        .find("\r\n\r\n")
-        .map(|i| response[i + 4..].to_vec())
-        .unwrap_or_default();
-    Ok((status, body))
 }

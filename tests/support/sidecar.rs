@@ -7,7 +7,7 @@
 //! connections (not listening yet, or gone), which is the state of a sidecar
 //! before Envoy's listener is up and after it has exited.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -47,6 +47,9 @@ struct Shared {
     changed: Condvar,
     closed: AtomicBool,
 }
+
+#[path = "../../examples/common/http.rs"]
+mod http;
 
 pub struct FakeSidecar {
     port: u16,
@@ -204,21 +207,16 @@ fn serve(listener: TcpListener, shared: Arc<Shared>, port: u16) {
 }
 
 fn answer(mut stream: TcpStream, shared: Arc<Shared>, port: u16) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => head.extend_from_slice(&buf[..n]),
-        }
-    }
-    let text = String::from_utf8_lossy(&head);
-    let mut words = text.split_whitespace();
+    let line = http::read_request_line(&mut stream);
+    let mut words = line.split_whitespace();
     let (method, path) = (
         words.next().unwrap_or("").to_string(),
         words.next().unwrap_or("").to_string(),
     );
+    if method.is_empty() {
+        // Connected and closed without a request (meshwrap's refused-port probe).
+        return;
+    }
     let (reply, exit_after) = {
         let mut state = shared.state.lock().unwrap();
         let replies = match (method.as_str(), path.as_str()) {
@@ -243,11 +241,7 @@ fn answer(mut stream: TcpStream, shared: Arc<Shared>, port: u16) {
     match reply {
         Reply::Status(code) => {
             let body = if code == 200 { "OK" } else { "not ready" };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {code} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            http::respond(&mut stream, &format!("{code} X"), body.as_bytes());
         }
         Reply::Hang => {
             while !shared.closed.load(Ordering::SeqCst) {
