@@ -202,6 +202,7 @@ enum Wrapper {
     Meshwrap,
     Baseline,
     Direct,
+    Shell,
 }
 
 struct Running {
@@ -301,6 +302,12 @@ fn start(wrapper: Wrapper, sidecars: &[&Sidecar], mode: &str, extra: &[&str]) ->
         Wrapper::Direct => {
             let mut cmd = Command::new(&me);
             cmd.args(["--helper", mode]);
+            cmd
+        }
+        // The cheapest wrapper that stays alive: a shell that forks, execs and waits.
+        Wrapper::Shell => {
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", &format!("{helper}; :")]);
             cmd
         }
     };
@@ -463,6 +470,14 @@ impl Bench {
             Some(overhead <= 1.0),
         );
         self.note(format!("spawning the helper directly takes {} ms (fork, exec, runtime start): that cost is in both columns' absolute times and subtracted here", fmt(direct.median())));
+        let shell = measure(Wrapper::Shell, self.runs);
+        self.row(
+            "startup overhead of `sh -c 'CMD; :'` (the cheapest wrapper that stays alive: no wait, no signals)",
+            format!("{} ms", fmt(shell.median() - direct.median())),
+            "".into(),
+            "reference",
+            None,
+        );
     }
 
     /// The sidecar turns ready at a random moment 50-500 ms after the wrapper starts.

@@ -17,6 +17,8 @@ use crate::duration;
 use crate::log::{Format, Level};
 use crate::sidecar::Endpoint;
 use crate::sidecar::http;
+use crate::sidecar::preset::{self, Sidecar};
+use crate::sidecar::quit::Target;
 use crate::supervise::ForwardTo;
 
 pub const DEFAULT_READY_URL: &str = "http://127.0.0.1:15021/healthz/ready";
@@ -45,6 +47,15 @@ Exit status:
 #[command(name = "meshwrap", version, after_help = AFTER_HELP)]
 #[command(override_usage = "meshwrap [OPTIONS] [--] <COMMAND> [ARG]...")]
 struct Args {
+    /// A sidecar to wait for and quit, by name: istio (the default), envoy,
+    /// linkerd, cloudsql, vault, dapr or none. NAME=HOST or NAME=HOST:PORT
+    /// moves its endpoints (its other port keeps its distance). Repeatable;
+    /// --ready-url and --quit-url add to the presets' endpoints. The variable
+    /// takes a comma-separated list.
+    #[arg(long, value_name = "NAME[=HOST[:PORT]]", allow_hyphen_values = true, env = "MESHWRAP_SIDECAR",
+          action = ArgAction::Append)]
+    sidecar: Vec<String>,
+
     /// GET this URL until it answers 2xx before starting COMMAND. Repeatable;
     /// with several, every one must have answered 2xx once. The variable takes
     /// a comma-separated list.
@@ -176,7 +187,7 @@ pub enum QuitPolicy {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub ready_urls: Vec<Endpoint>,
-    pub quit_urls: Vec<Endpoint>,
+    pub quit_urls: Vec<Target>,
     pub wait: bool,
     /// `None`: wait for readiness without bound.
     pub timeout: Option<Duration>,
@@ -239,6 +250,7 @@ enum Origin {
     Flag(&'static str),
     Env(&'static str),
     Default(&'static str),
+    Preset(&'static str),
 }
 
 impl Origin {
@@ -246,7 +258,7 @@ impl Origin {
     fn name(self) -> &'static str {
         match self {
             Origin::Flag(flag) | Origin::Default(flag) => flag,
-            Origin::Env(var) => var,
+            Origin::Env(var) | Origin::Preset(var) => var,
         }
     }
     fn describe(self) -> String {
@@ -254,6 +266,7 @@ impl Origin {
             Origin::Flag(_) => "flag".into(),
             Origin::Env(var) => format!("env {var}"),
             Origin::Default(_) => "default".into(),
+            Origin::Preset(name) => format!("preset {name}"),
         }
     }
 }
@@ -285,6 +298,38 @@ impl Resolver<'_> {
         let value = check(raw).ok_or_else(|| format!("invalid {} '{raw}': expected {accepts}", origin.name()))?;
         self.explain.push((&flag[2..], raw.to_string(), origin));
         Ok(value)
+    }
+
+    /// The sidecar presets; empty when none was given (Istio's endpoints are then the defaults).
+    fn sidecars(&mut self, raw: &[String]) -> Result<Vec<Sidecar>, String> {
+        let origin = self.origin("sidecar", "--sidecar", "MESHWRAP_SIDECAR");
+        let items: Vec<&str> = match origin {
+            Origin::Env(_) => raw.iter().flat_map(|v| v.split(',')).map(str::trim).collect(),
+            _ => raw.iter().map(String::as_str).collect(),
+        };
+        let mut sidecars = Vec::new();
+        for item in &items {
+            let sidecar = preset::parse(item).map_err(|why| {
+                format!(
+                    "invalid {} '{item}': {why}; expected {}",
+                    origin.name(),
+                    preset::accepts()
+                )
+            })?;
+            sidecars.push(sidecar);
+        }
+        if !sidecars.is_empty() {
+            self.explain.push(("sidecar", items.join(","), origin));
+            for s in &sidecars {
+                let by = Origin::Preset(s.preset.name);
+                for (kind, endpoint) in [("ready-url", &s.ready), ("quit-url", &s.quit)] {
+                    if let Some(endpoint) = endpoint {
+                        self.explain.push((kind, endpoint.url.clone(), by));
+                    }
+                }
+            }
+        }
+        Ok(sidecars)
     }
 
     /// A repeatable URL list; the variable's form is comma-separated.
@@ -334,8 +379,27 @@ fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, String), String
         matches,
         explain: Vec::new(),
     };
-    let ready_urls = r.urls(("ready_url", "--ready-url", "MESHWRAP_READY_URL"), &args.ready_url)?;
-    let quit_urls = r.urls(("quit_url", "--quit-url", "MESHWRAP_QUIT_URL"), &args.quit_url)?;
+    // Presets contribute endpoints; explicit URLs add to them. With no preset,
+    // Istio's URLs are each URL flag's default, as they always were.
+    let sidecars = r.sidecars(&args.sidecar)?;
+    let given = |id| !matches!(matches.value_source(id), Some(ValueSource::DefaultValue) | None);
+    let mut ready_urls: Vec<Endpoint> = sidecars.iter().filter_map(|s| s.ready.clone()).collect();
+    if sidecars.is_empty() || given("ready_url") {
+        ready_urls.extend(r.urls(("ready_url", "--ready-url", "MESHWRAP_READY_URL"), &args.ready_url)?);
+    }
+    let mut quit_urls: Vec<Target> = sidecars
+        .iter()
+        .filter_map(|s| {
+            s.quit.clone().map(|endpoint| Target {
+                endpoint,
+                preset: Some(s.preset),
+            })
+        })
+        .collect();
+    if sidecars.is_empty() || given("quit_url") {
+        let explicit = r.urls(("quit_url", "--quit-url", "MESHWRAP_QUIT_URL"), &args.quit_url)?;
+        quit_urls.extend(explicit.into_iter().map(|endpoint| Target { endpoint, preset: None }));
+    }
     let no_wait = r.one(
         ("no_wait", "--no-wait", "MESHWRAP_NO_WAIT"),
         &args.no_wait,

@@ -75,7 +75,9 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
     }
 
     let mut seen_ready = false;
-    if config.wait {
+    if config.wait && config.ready_urls.is_empty() {
+        log!(Info, "no ready URL to wait for; starting the command");
+    } else if config.wait {
         match wait_for_sidecars(config, signals).await {
             Waited::Ready => seen_ready = true,
             Waited::TimedOut if config.on_timeout == OnTimeout::Run => {
@@ -188,6 +190,10 @@ async fn quit_sidecars(config: &Config, succeeded: bool, seen_ready: bool) {
     };
     if let Some(why) = skip {
         log!(Info, format!("not quitting the sidecar: {why}"));
+        return;
+    }
+    if config.quit_urls.is_empty() {
+        log!(Info, "no quit URL; no sidecar to quit");
         return;
     }
     sidecar::quit::quit_all(

@@ -10,6 +10,7 @@ mod exit_status;
 mod install;
 mod pid1;
 mod pod;
+mod presets;
 mod quit;
 mod readiness;
 mod signals;

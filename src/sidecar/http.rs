@@ -88,6 +88,23 @@ impl Endpoint {
         })
     }
 
+    /// The host as written in a URL (an IPv6 address in brackets).
+    pub fn host_text(&self) -> String {
+        match &self.host {
+            Host::Ip(IpAddr::V6(ip)) => format!("[{ip}]"),
+            Host::Ip(ip) => ip.to_string(),
+            Host::Name(name) => name.clone(),
+        }
+    }
+
+    /// The port, if the URL gave one.
+    pub fn explicit_port(&self) -> Option<u16> {
+        self.authority
+            .rsplit_once(':')
+            .filter(|(_, p)| !p.contains(']'))
+            .map(|_| self.port)
+    }
+
     /// The socket addresses to try, in order.
     async fn addrs(&self) -> io::Result<Vec<SocketAddr>> {
         match &self.host {

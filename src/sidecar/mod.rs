@@ -8,6 +8,7 @@
 //! total budget, so every wait in here is bounded by the caller's numbers.
 
 pub mod http;
+pub mod preset;
 pub mod quit;
 pub mod ready;
 

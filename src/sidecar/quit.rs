@@ -14,10 +14,24 @@ use hyper::Method;
 use tokio::time::Instant;
 
 use super::http::{self, Endpoint, Failure};
+use super::preset::Preset;
 use crate::log;
 
 const RETRY_FIRST: Duration = Duration::from_millis(20);
 const RETRY_MAX: Duration = Duration::from_millis(250);
+
+/// A quit URL, and the preset it came from (for that sidecar's quirks).
+#[derive(Clone)]
+pub struct Target {
+    pub endpoint: Endpoint,
+    pub preset: Option<&'static Preset>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.endpoint.url, self.preset.map_or("url", |p| p.name))
+    }
+}
 
 /// How one quit URL ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -26,6 +40,8 @@ pub enum Outcome {
     Quit(u16),
     /// It was seen ready before and its port now refuses: it is gone.
     AlreadyGone,
+    /// Its preset exits before answering, and it closed the connection.
+    ClosedAsItExited,
     /// It answered a status that retrying cannot change.
     Rejected(u16),
     /// The budget ran out.
@@ -34,21 +50,22 @@ pub enum Outcome {
 
 /// POSTs every URL once, concurrently, within `budget` in total.
 pub async fn quit_all(
-    endpoints: &[Endpoint],
+    targets: &[Target],
     budget: Duration,
     request_timeout: Duration,
     seen_ready: bool,
 ) -> Vec<Outcome> {
     let deadline = Instant::now() + budget;
     super::join_all(
-        endpoints
+        targets
             .iter()
-            .map(|e| quit_one(e, deadline, request_timeout, seen_ready)),
+            .map(|t| quit_one(t, deadline, request_timeout, seen_ready)),
     )
     .await
 }
 
-async fn quit_one(endpoint: &Endpoint, deadline: Instant, request_timeout: Duration, seen_ready: bool) -> Outcome {
+async fn quit_one(target: &Target, deadline: Instant, request_timeout: Duration, seen_ready: bool) -> Outcome {
+    let endpoint = &target.endpoint;
     let started = Instant::now();
     let mut backoff = RETRY_FIRST;
     let mut attempts = 0u32;
@@ -72,10 +89,22 @@ async fn quit_one(endpoint: &Endpoint, deadline: Instant, request_timeout: Durat
                 log!(Info, "sidecar quit", url = &endpoint.url, status = status, ms = ms);
                 return Outcome::Quit(status);
             }
+            // A sidecar that exits as it takes the quit may never answer it.
+            Err(Failure::Closed) if target.preset.is_some_and(|p| p.exits_before_answering) => {
+                log!(
+                    Info,
+                    "sidecar quit (it closed the connection as it exited)",
+                    url = &endpoint.url,
+                    ms = ms
+                );
+                return Outcome::ClosedAsItExited;
+            }
             Ok(status) if (400..500).contains(&status) => {
+                let hint = target.preset.and_then(|p| p.not_found_hint).filter(|_| status == 404);
+                let cause = hint.map_or_else(|| rejection_cause(status), |hint| format!("404 Not Found: {hint}"));
                 log!(
                     Error,
-                    format!("could not quit the sidecar: {}", rejection_cause(status)),
+                    format!("could not quit the sidecar: {cause}"),
                     url = &endpoint.url,
                     status = status,
                     ms = ms

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Debug)]
 pub enum Reply {
     Status(u16),
+    /// A status with the body a real sidecar sends (`LIVE`, `not ready`, ...).
+    Body(u16, &'static str),
     /// Never answers (the connection is held until the fake is dropped).
     Hang,
     /// Answers bytes that are not HTTP.
@@ -37,6 +39,8 @@ pub struct Request {
 struct State {
     ready: Vec<Reply>,
     quit: Vec<Reply>,
+    ready_path: String,
+    quit_path: String,
     /// Stop listening right after answering a quit with 2xx, like Istio's agent.
     exit_on_quit: bool,
     requests: Vec<Request>,
@@ -89,6 +93,8 @@ impl FakeSidecar {
         let state = State {
             ready: vec![Reply::Status(200)],
             quit: vec![Reply::Status(200)],
+            ready_path: "/healthz/ready".into(),
+            quit_path: "/quitquitquit".into(),
             ..State::default()
         };
         FakeSidecar {
@@ -100,6 +106,37 @@ impl FakeSidecar {
             }),
             listener: Mutex::new(None),
         }
+    }
+
+    /// Two sidecars serving at ports `distance` apart (a preset's two ports), or None.
+    pub fn pair(distance: i32) -> (FakeSidecar, FakeSidecar) {
+        for _ in 0..1000 {
+            let first = FakeSidecar::refusing();
+            let Ok(second_port) = u16::try_from(i32::from(first.port) + distance) else {
+                continue;
+            };
+            let Ok(second) = TcpListener::bind(("127.0.0.1", second_port)) else {
+                continue;
+            };
+            let Ok(first_listener) = TcpListener::bind(("127.0.0.1", first.port)) else {
+                continue;
+            };
+            first.serve(first_listener);
+            let other = FakeSidecar::new(second_port);
+            other.serve(second);
+            return (first, other);
+        }
+        panic!("no two free ports {distance} apart");
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Serves readiness and quit at these paths instead of Istio's.
+    pub fn set_paths(&self, ready: &str, quit: &str) {
+        let mut state = self.shared.state.lock().unwrap();
+        (state.ready_path, state.quit_path) = (ready.into(), quit.into());
     }
 
     /// Starts listening on the sidecar's port.
@@ -166,11 +203,13 @@ impl FakeSidecar {
     }
 
     pub fn quits(&self) -> usize {
-        self.count("POST", "/quitquitquit")
+        let path = self.shared.state.lock().unwrap().quit_path.clone();
+        self.count("POST", &path)
     }
 
     pub fn polls(&self) -> usize {
-        self.count("GET", "/healthz/ready")
+        let path = self.shared.state.lock().unwrap().ready_path.clone();
+        self.count("GET", &path)
     }
 
     /// Waits (bounded) until `done` holds for the recorded requests.
@@ -219,9 +258,10 @@ fn answer(mut stream: TcpStream, shared: Arc<Shared>, port: u16) {
     }
     let (reply, exit_after) = {
         let mut state = shared.state.lock().unwrap();
-        let replies = match (method.as_str(), path.as_str()) {
-            ("GET", "/healthz/ready") => &mut state.ready,
-            ("POST", "/quitquitquit") => &mut state.quit,
+        let state = &mut *state;
+        let replies = match method.as_str() {
+            "GET" if path == state.ready_path => &mut state.ready,
+            "POST" if path == state.quit_path => &mut state.quit,
             _ => &mut vec![Reply::Status(404)],
         };
         let reply = if replies.len() > 1 {
@@ -229,7 +269,7 @@ fn answer(mut stream: TcpStream, shared: Arc<Shared>, port: u16) {
         } else {
             replies[0].clone()
         };
-        let exit_after = state.exit_on_quit && path == "/quitquitquit" && matches!(reply, Reply::Status(200..=299));
+        let exit_after = state.exit_on_quit && path == state.quit_path && matches!(reply, Reply::Status(200..=299));
         state.requests.push(Request {
             method,
             path,
@@ -239,6 +279,9 @@ fn answer(mut stream: TcpStream, shared: Arc<Shared>, port: u16) {
         (reply, exit_after)
     };
     match reply {
+        Reply::Body(code, body) => {
+            http::respond(&mut stream, &format!("{code} X"), body.as_bytes());
+        }
         Reply::Status(code) => {
             let body = if code == 200 { "OK" } else { "not ready" };
             http::respond(&mut stream, &format!("{code} X"), body.as_bytes());
