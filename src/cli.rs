@@ -8,6 +8,7 @@
 //! README shows as its usage section.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::parser::ValueSource;
@@ -15,10 +16,10 @@ use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
 
 use crate::duration;
 use crate::log::{Format, Level};
-use crate::sidecar::Endpoint;
 use crate::sidecar::http;
 use crate::sidecar::preset::{self, Sidecar};
 use crate::sidecar::quit::Target;
+use crate::sidecar::{Endpoint, Native};
 use crate::supervise::ForwardTo;
 
 pub const DEFAULT_READY_URL: &str = "http://127.0.0.1:15021/healthz/ready";
@@ -73,6 +74,32 @@ struct Args {
     #[arg(long = "no-wait", env = "MESHWRAP_NO_WAIT", action = ArgAction::SetTrue,
           value_parser = clap::value_parser!(String), default_value = "false")]
     no_wait: String,
+
+    /// Whether the sidecars are Kubernetes native sidecars, which are waited
+    /// for but never quit (the kubelet stops them): auto (decide from the pod
+    /// annotations), true or false.
+    #[arg(
+        long = "native-sidecar",
+        allow_hyphen_values = true,
+        value_name = "auto|true|false",
+        env = "MESHWRAP_NATIVE_SIDECAR",
+        default_value = "auto"
+    )]
+    native_sidecar: String,
+
+    /// The pod's annotations as the Downward API mounts them. They tell
+    /// whether each preset's sidecar is in the pod (skipped if not) and whether
+    /// Istio's is native. A missing file means nothing is known.
+    #[arg(long = "pod-annotations", allow_hyphen_values = true, value_name = "FILE",
+          env = "MESHWRAP_POD_ANNOTATIONS", default_value = crate::sidecar::pod::DEFAULT_PATH)]
+    pod_annotations: String,
+
+    /// After the wait, replace meshwrap with COMMAND (execve), leaving nothing
+    /// between it and the kernel. Only when no quit is needed; the variable
+    /// takes true or false.
+    #[arg(long, env = "MESHWRAP_EXEC", action = ArgAction::SetTrue,
+          value_parser = clap::value_parser!(String), default_value = "false")]
+    exec: String,
 
     /// Bound on the whole readiness wait; 0 means no bound. Durations look like
     /// 500ms, 10s, 2m, 1h, 1m30s, or a number of seconds.
@@ -186,8 +213,11 @@ pub enum QuitPolicy {
 /// Everything a run needs, checked.
 #[derive(Clone, Debug)]
 pub struct Config {
-    pub ready_urls: Vec<Endpoint>,
+    pub ready_urls: Vec<Target>,
     pub quit_urls: Vec<Target>,
+    pub native: Native,
+    pub pod_annotations: PathBuf,
+    pub exec: bool,
     pub wait: bool,
     /// `None`: wait for readiness without bound.
     pub timeout: Option<Duration>,
@@ -383,9 +413,23 @@ fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, String), String
     // Istio's URLs are each URL flag's default, as they always were.
     let sidecars = r.sidecars(&args.sidecar)?;
     let given = |id| !matches!(matches.value_source(id), Some(ValueSource::DefaultValue) | None);
-    let mut ready_urls: Vec<Endpoint> = sidecars.iter().filter_map(|s| s.ready.clone()).collect();
+    // A default URL is Istio's, so it is skipped with Istio when the pod has none.
+    let tag = |id| (!given(id)).then_some(&preset::PRESETS[0]);
+    let mut ready_urls: Vec<Target> = sidecars
+        .iter()
+        .filter_map(|s| {
+            s.ready.clone().map(|endpoint| Target {
+                endpoint,
+                preset: Some(s.preset),
+            })
+        })
+        .collect();
     if sidecars.is_empty() || given("ready_url") {
-        ready_urls.extend(r.urls(("ready_url", "--ready-url", "MESHWRAP_READY_URL"), &args.ready_url)?);
+        let explicit = r.urls(("ready_url", "--ready-url", "MESHWRAP_READY_URL"), &args.ready_url)?;
+        ready_urls.extend(explicit.into_iter().map(|endpoint| Target {
+            endpoint,
+            preset: tag("ready_url"),
+        }));
     }
     let mut quit_urls: Vec<Target> = sidecars
         .iter()
@@ -398,7 +442,10 @@ fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, String), String
         .collect();
     if sidecars.is_empty() || given("quit_url") {
         let explicit = r.urls(("quit_url", "--quit-url", "MESHWRAP_QUIT_URL"), &args.quit_url)?;
-        quit_urls.extend(explicit.into_iter().map(|endpoint| Target { endpoint, preset: None }));
+        quit_urls.extend(explicit.into_iter().map(|endpoint| Target {
+            endpoint,
+            preset: tag("quit_url"),
+        }));
     }
     let no_wait = r.one(
         ("no_wait", "--no-wait", "MESHWRAP_NO_WAIT"),
@@ -411,6 +458,24 @@ fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, String), String
         &args.timeout,
         &format!("{} (0 for no bound)", duration::ACCEPTS),
         duration::parse,
+    )?;
+    let native = r.one(
+        ("native_sidecar", "--native-sidecar", "MESHWRAP_NATIVE_SIDECAR"),
+        &args.native_sidecar,
+        "auto, true or false",
+        choice(&[("auto", Native::Auto), ("true", Native::Yes), ("false", Native::No)]),
+    )?;
+    let pod_annotations = r.one(
+        ("pod_annotations", "--pod-annotations", "MESHWRAP_POD_ANNOTATIONS"),
+        &args.pod_annotations,
+        "a file path",
+        |raw| (!raw.is_empty()).then(|| PathBuf::from(raw)),
+    )?;
+    let exec = r.one(
+        ("exec", "--exec", "MESHWRAP_EXEC"),
+        &args.exec,
+        "true or false",
+        choice(&[("true", true), ("false", false)]),
     )?;
     let on_timeout = r.one(
         ("on_timeout", "--on-timeout", "MESHWRAP_ON_TIMEOUT"),
@@ -492,6 +557,9 @@ fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, String), String
     let config = Config {
         ready_urls,
         quit_urls,
+        native,
+        pod_annotations,
+        exec,
         wait: !no_wait,
         timeout: Some(timeout).filter(|t| !t.is_zero()),
         on_timeout,

@@ -2,10 +2,12 @@
 //!
 //! The lifecycle, in order: register a handler for every catchable signal
 //! (before anything else, since PID 1 receives only signals it handles); parse
-//! the flags and variables into a [`cli::Config`]; poll the sidecar's ready
+//! the flags and variables into a [`cli::Config`]; read the pod's annotations
+//! to drop sidecars the pod does not have and the quit of native ones; poll the sidecar's ready
 //! URLs until each answers 2xx, stopping early on `--timeout` or on TERM, INT,
 //! HUP or QUIT; spawn the command in its own process group and, until it ends,
-//! forward every signal to it and reap every zombie (meshwrap is often PID 1);
+//! forward every signal to it and reap every zombie (meshwrap is often PID 1),
+//! or with `--exec` become it;
 //! then POST the sidecar's quit URLs once, as `--quit-policy` says, on every
 //! path that follows a successful parse; and exit with the command's status,
 //! 128+n for a signal, 126/127 when it could not be started, 125 for
@@ -66,6 +68,21 @@ fn internal_error(what: &str, error: std::io::Error) -> u8 {
 /// The lifecycle after parsing: wait, spawn, supervise, quit, exit code.
 pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
     log::init(config.log_level, config.log_format);
+    let plan = sidecar::plan(
+        &config.ready_urls,
+        &config.quit_urls,
+        config.native,
+        &config.pod_annotations,
+    );
+    if config.exec && config.quit_policy != QuitPolicy::Never && !plan.quit.is_empty() {
+        let urls: Vec<&str> = plan.quit.iter().map(|t| t.endpoint.url.as_str()).collect();
+        eprintln!(
+            "meshwrap: --exec: meshwrap would have to stay to quit {}; with --exec use --quit-policy never, \
+             --sidecar none or --native-sidecar true",
+            urls.join(", ")
+        );
+        return EXIT_MESHWRAP_FAILED;
+    }
     if let Err(e) = supervise::reaper::become_subreaper() {
         log!(
             Warn,
@@ -75,10 +92,10 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
     }
 
     let mut seen_ready = false;
-    if config.wait && config.ready_urls.is_empty() {
+    if config.wait && plan.ready.is_empty() {
         log!(Info, "no ready URL to wait for; starting the command");
     } else if config.wait {
-        match wait_for_sidecars(config, signals).await {
+        match wait_for_sidecars(config, &plan.ready, signals).await {
             Waited::Ready => seen_ready = true,
             Waited::TimedOut if config.on_timeout == OnTimeout::Run => {
                 log!(
@@ -91,7 +108,7 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
                     Error,
                     "sidecar not ready in time; not running the command (--on-timeout fail)"
                 );
-                quit_sidecars(config, false, false).await;
+                quit_sidecars(config, &plan.quit, false, false).await;
                 return EXIT_MESHWRAP_FAILED;
             }
             Waited::Interrupted(sig) => {
@@ -100,7 +117,7 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
                     "interrupted while waiting for the sidecar; not running the command",
                     signal = &signals::name(sig)
                 );
-                quit_sidecars(config, false, false).await;
+                quit_sidecars(config, &plan.quit, false, false).await;
                 return supervise::Status::Signaled(sig).exit_code();
             }
         }
@@ -108,8 +125,20 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
         log!(Info, "not waiting for the sidecar (--no-wait)");
     }
 
+    if config.exec {
+        // Only returns if the command could not be executed.
+        log!(Info, "replacing meshwrap with the command (--exec)");
+        let e = supervise::exec(&config.command);
+        log!(
+            Error,
+            "command could not be executed",
+            error = &e.error.to_string(),
+            code = e.code
+        );
+        return e.code;
+    }
     let code = run_command(config, signals).await;
-    quit_sidecars(config, code == 0, seen_ready).await;
+    quit_sidecars(config, &plan.quit, code == 0, seen_ready).await;
     code
 }
 
@@ -120,9 +149,9 @@ enum Waited {
 }
 
 /// Polls the ready URLs, bounded by `--timeout`, until done or interrupted.
-async fn wait_for_sidecars(config: &Config, signals: &mut Signals) -> Waited {
+async fn wait_for_sidecars(config: &Config, ready: &[sidecar::Endpoint], signals: &mut Signals) -> Waited {
     let started = Instant::now();
-    let wait = sidecar::ready::wait_all(&config.ready_urls, config.request_timeout);
+    let wait = sidecar::ready::wait_all(ready, config.request_timeout);
     let deadline = async {
         match config.timeout {
             Some(timeout) => tokio::time::sleep(timeout).await,
@@ -182,7 +211,7 @@ async fn run_command(config: &Config, signals: &mut Signals) -> u8 {
 }
 
 /// Quits the sidecars if the policy says so; never changes the exit code.
-async fn quit_sidecars(config: &Config, succeeded: bool, seen_ready: bool) {
+async fn quit_sidecars(config: &Config, quit: &[sidecar::quit::Target], succeeded: bool, seen_ready: bool) {
     let skip = match config.quit_policy {
         QuitPolicy::Never => Some("--quit-policy never"),
         QuitPolicy::OnSuccess if !succeeded => Some("the command did not succeed and --quit-policy is on-success"),
@@ -192,15 +221,9 @@ async fn quit_sidecars(config: &Config, succeeded: bool, seen_ready: bool) {
         log!(Info, format!("not quitting the sidecar: {why}"));
         return;
     }
-    if config.quit_urls.is_empty() {
+    if quit.is_empty() {
         log!(Info, "no quit URL; no sidecar to quit");
         return;
     }
-    sidecar::quit::quit_all(
-        &config.quit_urls,
-        config.quit_timeout,
-        config.request_timeout,
-        seen_ready,
-    )
-    .await;
+    sidecar::quit::quit_all(quit, config.quit_timeout, config.request_timeout, seen_ready).await;
 }

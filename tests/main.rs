@@ -3,9 +3,11 @@
 
 mod support;
 
+mod annotations;
 mod child_env;
 mod cli;
 mod examples;
+mod exec;
 mod exit_status;
 mod install;
 mod pid1;

@@ -8,6 +8,7 @@
 //! total budget, so every wait in here is bounded by the caller's numbers.
 
 pub mod http;
+pub mod pod;
 pub mod preset;
 pub mod quit;
 pub mod ready;
@@ -17,6 +18,83 @@ pub use http::Endpoint;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::task::Poll;
+
+use crate::log;
+use quit::Target;
+
+/// Whether the sidecars run as Kubernetes native sidecars (init containers
+/// with restartPolicy Always), which the kubelet stops by itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Native {
+    /// Decide from the pod's annotations (Istio's status lists istio-proxy
+    /// among the init containers).
+    Auto,
+    Yes,
+    No,
+}
+
+/// What this run waits for and quits, once the pod's annotations are known.
+pub struct Plan {
+    pub ready: Vec<Endpoint>,
+    pub quit: Vec<Target>,
+}
+
+/// Drops the presets whose sidecar is known not to be in this pod, and the
+/// quit of native sidecars; logs each decision once.
+pub fn plan(ready: &[Target], quit: &[Target], native: Native, annotations: &std::path::Path) -> Plan {
+    let facts = match pod::read(annotations) {
+        Ok(facts) => facts,
+        Err(why) => {
+            log!(
+                Warn,
+                "ignoring the pod annotations; using the configured sidecars",
+                file = &annotations.display().to_string(),
+                error = &why
+            );
+            None
+        }
+    };
+    // No file: nothing is known to be absent or native.
+    let facts = facts.unwrap_or_default();
+    let mut absent: Vec<&str> = Vec::new();
+    for (name, why) in [("istio", &facts.istio_absent), ("linkerd", &facts.linkerd_absent)] {
+        let configured = ready
+            .iter()
+            .chain(quit)
+            .any(|t| t.preset.is_some_and(|p| p.name == name));
+        if let (Some(why), true) = (why, configured) {
+            log!(Info, format!("skipping the {name} sidecar: {why}"));
+            absent.push(name);
+        }
+    }
+    let kept = |t: &&Target| !t.preset.is_some_and(|p| absent.contains(&p.name));
+    let mut quit: Vec<Target> = quit.iter().filter(kept).cloned().collect();
+    match native {
+        Native::Yes if !quit.is_empty() => {
+            log!(
+                Info,
+                "not quitting the sidecars: --native-sidecar true (the kubelet stops native sidecars)"
+            );
+            quit.clear();
+        }
+        Native::Auto if facts.istio_native && quit.iter().any(is_istio) => {
+            log!(
+                Info,
+                "not quitting the istio sidecar: it runs as a native sidecar (istio-proxy is an init container), which the kubelet stops"
+            );
+            quit.retain(|t| !is_istio(t));
+        }
+        _ => {}
+    }
+    Plan {
+        ready: ready.iter().filter(kept).map(|t| t.endpoint.clone()).collect(),
+        quit,
+    }
+}
+
+fn is_istio(target: &Target) -> bool {
+    target.preset.is_some_and(|p| p.name == "istio")
+}
 
 /// Runs futures concurrently on the current task; outputs in input order.
 async fn join_all<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {

@@ -86,13 +86,44 @@ pub fn spawn(command: &[OsString]) -> Result<Child, SpawnError> {
         Ok(child) => Ok(Child {
             pid: child.id() as pid_t,
         }),
-        Err(error) => {
-            let code = match error.raw_os_error() {
-                Some(libc::ENOENT) | Some(libc::ENOTDIR) => 127,
-                _ => 126,
-            };
-            Err(SpawnError { code, error })
-        }
+        Err(error) => Err(SpawnError {
+            code: not_started_code(&error),
+            error,
+        }),
+    }
+}
+
+/// 127 for a command that is not there, 126 for one that cannot run.
+fn not_started_code(error: &io::Error) -> u8 {
+    match error.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ENOTDIR) => 127,
+        _ => 126,
+    }
+}
+
+/// Replaces meshwrap with the command (`--exec`), with the same clean signal
+/// state a spawned command gets. Returns only if exec failed.
+pub fn exec(command: &[OsString]) -> SpawnError {
+    let Some((program, args)) = command.split_first() else {
+        return SpawnError {
+            code: 125,
+            error: io::Error::other("no command given"),
+        };
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    // SAFETY: the hook runs just before execve, in this process, and makes only
+    // async-signal-safe calls (rt_sigaction, pthread_sigmask).
+    unsafe {
+        cmd.pre_exec(|| {
+            reset_dispositions();
+            signals::unblock_all()
+        });
+    }
+    let error = cmd.exec();
+    SpawnError {
+        code: not_started_code(&error),
+        error,
     }
 }
 

@@ -6,7 +6,7 @@ pub mod command;
 pub mod pod;
 pub mod sidecar;
 
-pub use command::{Meshwrap, Running, Stream, probe_bin};
+pub use command::{Meshwrap, Run, Running, Stream, probe_bin};
 pub use sidecar::{FakeSidecar, Reply};
 
 /// meshwrap pointed at `sidecar` for both readiness and quit.

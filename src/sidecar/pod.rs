@@ -1,0 +1,287 @@
+//! What the pod's own annotations say about its sidecars, read from the file
+//! the Downward API mounts (`/etc/podinfo/annotations` by default).
+//!
+//! Three facts matter. Whether Istio injected a sidecar at all (it writes
+//! `sidecar.istio.io/status` on every pod it injects; `sidecar.istio.io/inject:
+//! "false"` opts out; an ambient pod carries `ambient.istio.io/redirection:
+//! enabled` and has none). Whether that sidecar is native: `istio-proxy` among
+//! the status's `initContainers` means the kubelet runs it as a restartable
+//! init container and stops it itself, so quitting it would only make the
+//! kubelet restart it. And whether Linkerd injected one (`linkerd.io/proxy-version`).
+//!
+//! Without a readable file nothing is known, and meshwrap does what it was
+//! configured to do. A file it cannot parse gets one warning and is then
+//! treated the same way: a wrong guess here would skip a wait or a quit.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The default mount path of the annotations file.
+pub const DEFAULT_PATH: &str = "/etc/podinfo/annotations";
+
+/// What the annotations say.
+#[derive(Debug, Default)]
+pub struct Facts {
+    /// Why Istio's sidecar is not in this pod, if it is known not to be.
+    pub istio_absent: Option<String>,
+    /// Istio's sidecar runs as a native (init container) sidecar.
+    pub istio_native: bool,
+    /// Why Linkerd's sidecar is not in this pod, if it is known not to be.
+    pub linkerd_absent: Option<String>,
+}
+
+/// Reads the annotations file. `Ok(None)`: no file (nothing known).
+/// `Err`: a file that is not in the Downward API's format.
+pub fn read(path: &Path) -> Result<Option<Facts>, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    facts(&parse(&text)?).map(Some)
+}
+
+/// Parses the Downward API's format: one `key="value"` per line, the value
+/// quoted as Go's %q does (the kubelet writes it with fmt's %q).
+pub fn parse(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut map = BTreeMap::new();
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let (key, quoted) = line.split_once('=').ok_or_else(|| format!("line {}: no '='", n + 1))?;
+        let value = unquote(quoted).map_err(|why| format!("line {}: {why}", n + 1))?;
+        map.insert(key.to_string(), value);
+    }
+    Ok(map)
+}
+
+/// Undoes Go's strconv.Quote.
+fn unquote(quoted: &str) -> Result<String, String> {
+    let inner = quoted
+        .strip_prefix('"')
+        .and_then(|q| q.strip_suffix('"'))
+        .filter(|_| quoted.len() >= 2)
+        .ok_or("the value is not in double quotes")?;
+    let mut out = String::new();
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut chars = inner.chars();
+    let hex = |chars: &mut std::str::Chars, n: usize| -> Result<u32, String> {
+        let digits: String = chars.take(n).collect();
+        u32::from_str_radix(&digits, 16)
+            .ok()
+            .filter(|_| digits.len() == n)
+            .ok_or_else(|| format!("bad escape \\{digits}"))
+    };
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            if c == '"' {
+                return Err("an unescaped quote inside the value".into());
+            }
+            out.push_str(&String::from_utf8_lossy(&std::mem::take(&mut bytes)));
+            out.push(c);
+            continue;
+        }
+        let escaped = match chars.next().ok_or("a trailing backslash")? {
+            'a' => '\x07',
+            'b' => '\x08',
+            'f' => '\x0c',
+            'n' => '\n',
+            'r' => '\r',
+            't' => '\t',
+            'v' => '\x0b',
+            '\\' => '\\',
+            '"' => '"',
+            // A raw byte: collected, since several may form one UTF-8 character.
+            'x' => {
+                bytes.push(hex(&mut chars, 2)? as u8);
+                continue;
+            }
+            'u' => char::from_u32(hex(&mut chars, 4)?).ok_or("a bad \\u escape")?,
+            'U' => char::from_u32(hex(&mut chars, 8)?).ok_or("a bad \\U escape")?,
+            other => return Err(format!("an unknown escape \\{other}")),
+        };
+        out.push_str(&String::from_utf8_lossy(&std::mem::take(&mut bytes)));
+        out.push(escaped);
+    }
+    out.push_str(&String::from_utf8_lossy(&bytes));
+    Ok(out)
+}
+
+/// Draws the facts from parsed annotations.
+pub fn facts(annotations: &BTreeMap<String, String>) -> Result<Facts, String> {
+    let get = |key: &str| annotations.get(key).map(String::as_str);
+    let mut facts = Facts::default();
+    if get("ambient.istio.io/redirection") == Some("enabled") {
+        facts.istio_absent = Some(
+            "the pod is in Istio's ambient mode (ambient.istio.io/redirection: enabled): it has no sidecar".into(),
+        );
+    } else if let Some(status) = get("sidecar.istio.io/status") {
+        let init = json::string_array(status, "initContainers")
+            .map_err(|why| format!("sidecar.istio.io/status is not the JSON Istio writes: {why}"))?;
+        facts.istio_native = init.iter().any(|c| c == "istio-proxy");
+    } else if get("sidecar.istio.io/inject") == Some("false") {
+        facts.istio_absent = Some("the pod opted out of injection (sidecar.istio.io/inject: \"false\")".into());
+    } else {
+        facts.istio_absent =
+            Some("Istio did not inject this pod (it has no sidecar.istio.io/status annotation)".into());
+    }
+    if get("linkerd.io/proxy-version").is_none() {
+        facts.linkerd_absent =
+            Some("Linkerd did not inject this pod (it has no linkerd.io/proxy-version annotation)".into());
+    }
+    Ok(facts)
+}
+
+/// Just enough JSON to read one array of strings from Istio's status.
+mod json {
+    /// The strings in `key`'s array at the top level of the object in `text`
+    /// (`null` or a missing key: none).
+    pub fn string_array(text: &str, key: &str) -> Result<Vec<String>, String> {
+        let mut p = Parser {
+            s: text.as_bytes(),
+            i: 0,
+        };
+        p.expect(b'{')?;
+        let mut found = Vec::new();
+        if p.peek() == Some(b'}') {
+            return Ok(found);
+        }
+        loop {
+            let name = p.string()?;
+            p.expect(b':')?;
+            if name == key && p.peek() == Some(b'[') {
+                p.expect(b'[')?;
+                while p.peek() != Some(b']') {
+                    found.push(p.string()?);
+                    if p.peek() == Some(b',') {
+                        p.i += 1;
+                    }
+                }
+                p.expect(b']')?;
+            } else {
+                p.skip_value()?;
+            }
+            match p.next() {
+                Some(b',') => continue,
+                Some(b'}') => return Ok(found),
+                _ => return Err("expected ',' or '}'".into()),
+            }
+        }
+    }
+
+    struct Parser<'a> {
+        s: &'a [u8],
+        i: usize,
+    }
+
+    impl Parser<'_> {
+        fn peek(&mut self) -> Option<u8> {
+            while self.s.get(self.i).is_some_and(u8::is_ascii_whitespace) {
+                self.i += 1;
+            }
+            self.s.get(self.i).copied()
+        }
+        fn next(&mut self) -> Option<u8> {
+            let c = self.peek();
+            self.i += 1;
+            c
+        }
+        fn expect(&mut self, c: u8) -> Result<(), String> {
+            if self.next() == Some(c) {
+                Ok(())
+            } else {
+                Err(format!("expected '{}'", c as char))
+            }
+        }
+        fn string(&mut self) -> Result<String, String> {
+            self.expect(b'"')?;
+            let mut out = Vec::new();
+            loop {
+                match self.s.get(self.i).copied() {
+                    None => return Err("an unterminated string".into()),
+                    Some(b'"') => {
+                        self.i += 1;
+                        return String::from_utf8(out).map_err(|_| "a string that is not UTF-8".into());
+                    }
+                    Some(b'\\') => {
+                        out.push(*self.s.get(self.i + 1).ok_or("an unterminated string")?);
+                        self.i += 2;
+                    }
+                    Some(c) => {
+                        out.push(c);
+                        self.i += 1;
+                    }
+                }
+            }
+        }
+        fn skip_value(&mut self) -> Result<(), String> {
+            match self.peek() {
+                Some(b'"') => self.string().map(drop),
+                Some(open @ (b'[' | b'{')) => {
+                    let close = if open == b'[' { b']' } else { b'}' };
+                    self.i += 1;
+                    while self.peek() != Some(close) {
+                        if open == b'{' {
+                            self.string()?;
+                            self.expect(b':')?;
+                        }
+                        self.skip_value()?;
+                        if self.peek() == Some(b',') {
+                            self.i += 1;
+                        }
+                    }
+                    self.i += 1;
+                    Ok(())
+                }
+                Some(_) => {
+                    let start = self.i;
+                    while self
+                        .s
+                        .get(self.i)
+                        .is_some_and(|c| c.is_ascii_alphanumeric() || b"+-.".contains(c))
+                    {
+                        self.i += 1;
+                    }
+                    if self.i == start {
+                        Err("an unexpected character".into())
+                    } else {
+                        Ok(())
+                    }
+                }
+                None => Err("an unexpected end".into()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NATIVE: &str = r#"kubectl.kubernetes.io/default-container="train"
+sidecar.istio.io/status="{\"initContainers\":[\"istio-init\",\"istio-proxy\"],\"containers\":null,\"volumes\":[\"workload-socket\",\"istio-envoy\"],\"imagePullSecrets\":null,\"revision\":\"default\"}"
+"#;
+
+    #[test]
+    fn parses_the_downward_api_format() {
+        let map = parse("a=\"x\"\nb/c=\"q\\\"uo\\\\te \\u00e9\\xc3\\xa9\\n\"\n").unwrap();
+        assert_eq!(map["a"], "x");
+        assert_eq!(map["b/c"], "q\"uo\\te \u{e9}\u{e9}\n");
+        for bad in ["a=x", "a=\"x", "no equals", "a=\"\\q\"", "a=\"in\"side\""] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn reads_native_classic_absent_and_ambient() {
+        let native = facts(&parse(NATIVE).unwrap()).unwrap();
+        assert!(native.istio_native && native.istio_absent.is_none());
+        let classic =
+            facts(&parse(&NATIVE.replace(r#"\"istio-init\",\"istio-proxy\""#, r#"\"istio-init\""#)).unwrap()).unwrap();
+        assert!(!classic.istio_native && classic.istio_absent.is_none());
+        assert!(facts(&parse("x=\"y\"").unwrap()).unwrap().istio_absent.is_some());
+        let ambient = facts(&parse("ambient.istio.io/redirection=\"enabled\"").unwrap()).unwrap();
+        assert!(ambient.istio_absent.unwrap().contains("ambient"));
+        let linkerd = facts(&parse("linkerd.io/proxy-version=\"edge-24.11.8\"").unwrap()).unwrap();
+        assert!(linkerd.linkerd_absent.is_none());
+        assert!(facts(&parse("sidecar.istio.io/status=\"{not json\"").unwrap()).is_err());
+    }
+}
