@@ -134,6 +134,25 @@ struct Args {
     )]
     quit_policy: String,
 
+    /// Wait this long after COMMAND ends before quitting the sidecar (for a
+    /// telemetry flush or an upload that needs the mesh). TERM, INT, HUP or
+    /// QUIT cut it short.
+    #[arg(
+        long = "quit-delay",
+        allow_hyphen_values = true,
+        value_name = "DURATION",
+        env = "MESHWRAP_QUIT_DELAY",
+        default_value = "0"
+    )]
+    quit_delay: String,
+
+    /// After a quit is accepted, poll until the sidecar's port stops answering
+    /// (within --quit-timeout), and warn if it kept running. The variable
+    /// takes true or false.
+    #[arg(long = "verify-quit", env = "MESHWRAP_VERIFY_QUIT", action = ArgAction::SetTrue,
+          value_parser = clap::value_parser!(String), default_value = "false")]
+    verify_quit: String,
+
     /// Total budget for all quit requests, retries included.
     #[arg(
         long = "quit-timeout",
@@ -223,6 +242,8 @@ pub struct Config {
     pub timeout: Option<Duration>,
     pub on_timeout: OnTimeout,
     pub quit_policy: QuitPolicy,
+    pub quit_delay: Duration,
+    pub verify_quit: bool,
     pub quit_timeout: Duration,
     pub request_timeout: Duration,
     pub forward_to: ForwardTo,
@@ -493,6 +514,18 @@ fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, String), String
             ("never", QuitPolicy::Never),
         ]),
     )?;
+    let quit_delay = r.one(
+        ("quit_delay", "--quit-delay", "MESHWRAP_QUIT_DELAY"),
+        &args.quit_delay,
+        duration::ACCEPTS,
+        duration::parse,
+    )?;
+    let verify_quit = r.one(
+        ("verify_quit", "--verify-quit", "MESHWRAP_VERIFY_QUIT"),
+        &args.verify_quit,
+        "true or false",
+        choice(&[("true", true), ("false", false)]),
+    )?;
     let above_zero = format!("{} above 0", duration::ACCEPTS);
     let quit_timeout = r.one(
         ("quit_timeout", "--quit-timeout", "MESHWRAP_QUIT_TIMEOUT"),
@@ -564,6 +597,8 @@ fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, String), String
         timeout: Some(timeout).filter(|t| !t.is_zero()),
         on_timeout,
         quit_policy,
+        quit_delay,
+        verify_quit,
         quit_timeout,
         request_timeout,
         forward_to,

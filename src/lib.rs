@@ -138,8 +138,52 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
         return e.code;
     }
     let code = run_command(config, signals).await;
+    if quitting(config, &plan.quit, code == 0) {
+        quit_delay(config, signals).await;
+    }
     quit_sidecars(config, &plan.quit, code == 0, seen_ready).await;
     code
+}
+
+/// Whether a quit will be sent (the policy allows it and there is a URL).
+fn quitting(config: &Config, quit: &[sidecar::quit::Target], succeeded: bool) -> bool {
+    !quit.is_empty() && quit_skipped_because(config, succeeded).is_none()
+}
+
+fn quit_skipped_because(config: &Config, succeeded: bool) -> Option<&'static str> {
+    match config.quit_policy {
+        QuitPolicy::Never => Some("--quit-policy never"),
+        QuitPolicy::OnSuccess if !succeeded => Some("the command did not succeed and --quit-policy is on-success"),
+        _ => None,
+    }
+}
+
+/// `--quit-delay`: waits before the quit; a termination signal ends the wait.
+async fn quit_delay(config: &Config, signals: &mut Signals) {
+    if config.quit_delay.is_zero() {
+        return;
+    }
+    log!(
+        Info,
+        format!(
+            "waiting {} before quitting the sidecar (--quit-delay)",
+            duration::format(config.quit_delay)
+        )
+    );
+    let mut delay = std::pin::pin!(tokio::time::sleep(config.quit_delay));
+    loop {
+        tokio::select! {
+            () = &mut delay => return,
+            sig = signals.recv() => match sig {
+                sig if signals::is_termination(sig) => {
+                    log!(Info, "quitting the sidecar now: a signal ended --quit-delay", signal = &signals::name(sig));
+                    return;
+                }
+                libc::SIGCHLD => supervise::reap_orphans(),
+                _ => {}
+            },
+        }
+    }
 }
 
 enum Waited {
@@ -212,12 +256,7 @@ async fn run_command(config: &Config, signals: &mut Signals) -> u8 {
 
 /// Quits the sidecars if the policy says so; never changes the exit code.
 async fn quit_sidecars(config: &Config, quit: &[sidecar::quit::Target], succeeded: bool, seen_ready: bool) {
-    let skip = match config.quit_policy {
-        QuitPolicy::Never => Some("--quit-policy never"),
-        QuitPolicy::OnSuccess if !succeeded => Some("the command did not succeed and --quit-policy is on-success"),
-        _ => None,
-    };
-    if let Some(why) = skip {
+    if let Some(why) = quit_skipped_because(config, succeeded) {
         log!(Info, format!("not quitting the sidecar: {why}"));
         return;
     }
@@ -225,5 +264,12 @@ async fn quit_sidecars(config: &Config, quit: &[sidecar::quit::Target], succeede
         log!(Info, "no quit URL; no sidecar to quit");
         return;
     }
-    sidecar::quit::quit_all(quit, config.quit_timeout, config.request_timeout, seen_ready).await;
+    sidecar::quit::quit_all(
+        quit,
+        config.quit_timeout,
+        config.request_timeout,
+        seen_ready,
+        config.verify_quit,
+    )
+    .await;
 }

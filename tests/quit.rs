@@ -150,3 +150,67 @@ fn a_sidecar_that_exits_on_quit_is_told_once() {
         .assert_stderr_has("sidecar quit");
     assert_eq!(sidecar.quits(), 1);
 }
+
+#[test]
+fn quit_delay_waits_before_quitting() {
+    let sidecar = FakeSidecar::ready();
+    let mut mw = wrapped(&sidecar)
+        .args(["--quit-delay", "1s", "sh", "-c", "echo done"])
+        .spawn();
+    mw.wait_stdout("done");
+    let done = std::time::Instant::now();
+    mw.finish().assert_code(0).assert_stderr_has("(--quit-delay)");
+    let quit = sidecar
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "POST")
+        .expect("a quit");
+    // A lower bound only: the quit came at least most of a second after the command's last line.
+    assert!(quit.at.duration_since(done) >= std::time::Duration::from_millis(700));
+}
+
+#[test]
+fn a_signal_cuts_the_quit_delay_short() {
+    let sidecar = FakeSidecar::ready();
+    let mut mw = wrapped(&sidecar)
+        .args(["--quit-delay", "10m", "sh", "-c", "exit 3"])
+        .spawn();
+    mw.wait_stderr("(--quit-delay)");
+    mw.signal(libc::SIGTERM);
+    mw.finish()
+        .assert_code(3)
+        .assert_stderr_has("a signal ended --quit-delay");
+    assert_eq!(sidecar.quits(), 1);
+}
+
+#[test]
+fn no_quit_means_no_quit_delay() {
+    let sidecar = FakeSidecar::ready();
+    wrapped(&sidecar)
+        .args(["--quit-delay", "10m", "--quit-policy", "never", "true"])
+        .run()
+        .assert_code(0)
+        .assert_stderr_lacks("--quit-delay");
+}
+
+#[test]
+fn verify_quit_sees_the_sidecar_exit() {
+    let sidecar = FakeSidecar::ready();
+    sidecar.exit_on_quit();
+    wrapped(&sidecar)
+        .args(["--verify-quit", "true"])
+        .run()
+        .assert_code(0)
+        .assert_stderr_has("sidecar exited after the quit");
+}
+
+#[test]
+fn verify_quit_warns_when_the_sidecar_keeps_running() {
+    let sidecar = FakeSidecar::ready();
+    wrapped(&sidecar)
+        .args(["--verify-quit", "--quit-timeout", "300ms", "sh", "-c", "exit 4"])
+        .run()
+        .assert_code(4)
+        .assert_stderr_has("warn: the sidecar accepted the quit but is still running");
+    assert_eq!(sidecar.quits(), 1, "verifying does not quit again");
+}

@@ -239,6 +239,14 @@ async fn exchange(endpoint: &Endpoint, method: Method) -> Result<u16, Failure> {
     response.map(|r| r.status().as_u16()).map_err(classify)
 }
 
+/// Opens (and drops) a connection, bounded by `timeout`: whether anything listens.
+pub async fn connect_within(endpoint: &Endpoint, timeout: Duration) -> Result<(), Failure> {
+    match tokio::time::timeout(timeout, connect(endpoint)).await {
+        Ok(result) => result.map(drop),
+        Err(_) => Err(Failure::TimedOut),
+    }
+}
+
 async fn connect(endpoint: &Endpoint) -> Result<TcpStream, Failure> {
     let mut last = Failure::Refused;
     for addr in endpoint.addrs().await? {

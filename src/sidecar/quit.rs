@@ -54,13 +54,16 @@ pub async fn quit_all(
     budget: Duration,
     request_timeout: Duration,
     seen_ready: bool,
+    verify: bool,
 ) -> Vec<Outcome> {
     let deadline = Instant::now() + budget;
-    super::join_all(
-        targets
-            .iter()
-            .map(|t| quit_one(t, deadline, request_timeout, seen_ready)),
-    )
+    super::join_all(targets.iter().map(|t| async move {
+        let outcome = quit_one(t, deadline, request_timeout, seen_ready).await;
+        if verify && matches!(outcome, Outcome::Quit(_) | Outcome::ClosedAsItExited) {
+            verify_gone(&t.endpoint, deadline).await;
+        }
+        outcome
+    }))
     .await
 }
 
@@ -136,6 +139,33 @@ async fn quit_one(target: &Target, deadline: Instant, request_timeout: Duration,
         let remaining = deadline.saturating_duration_since(Instant::now());
         tokio::time::sleep(backoff.min(remaining)).await;
         backoff = (backoff * 2).min(RETRY_MAX);
+    }
+}
+
+/// Polls until the sidecar's port refuses connections (it has exited), or
+/// the budget ends: then warns that it accepted the quit but kept running.
+async fn verify_gone(endpoint: &Endpoint, deadline: Instant) {
+    let started = Instant::now();
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if matches!(http::connect_within(endpoint, remaining).await, Err(Failure::Refused)) {
+            log!(
+                Info,
+                "sidecar exited after the quit",
+                url = &endpoint.url,
+                ms = started.elapsed().as_millis()
+            );
+            return;
+        }
+        if remaining.is_zero() {
+            log!(
+                Warn,
+                "the sidecar accepted the quit but is still running when --quit-timeout ran out",
+                url = &endpoint.url
+            );
+            return;
+        }
+        tokio::time::sleep(RETRY_FIRST.min(remaining)).await;
     }
 }
 
