@@ -229,6 +229,16 @@ pub enum QuitPolicy {
     Never,
 }
 
+impl QuitPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            QuitPolicy::Always => "always",
+            QuitPolicy::OnSuccess => "on-success",
+            QuitPolicy::Never => "never",
+        }
+    }
+}
+
 /// Everything a run needs, checked.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -302,6 +312,7 @@ enum Origin {
     Env(&'static str),
     Default(&'static str),
     Preset(&'static str),
+    Scuttle(&'static str),
 }
 
 impl Origin {
@@ -309,7 +320,7 @@ impl Origin {
     fn name(self) -> &'static str {
         match self {
             Origin::Flag(flag) | Origin::Default(flag) => flag,
-            Origin::Env(var) | Origin::Preset(var) => var,
+            Origin::Env(var) | Origin::Preset(var) | Origin::Scuttle(var) => var,
         }
     }
     fn describe(self) -> String {
@@ -318,6 +329,7 @@ impl Origin {
             Origin::Env(var) => format!("env {var}"),
             Origin::Default(_) => "default".into(),
             Origin::Preset(name) => format!("preset {name}"),
+            Origin::Scuttle(var) => format!("scuttle env {var}"),
         }
     }
 }
@@ -349,6 +361,20 @@ impl Resolver<'_> {
         let value = check(raw).ok_or_else(|| format!("invalid {} '{raw}': expected {accepts}", origin.name()))?;
         self.explain.push((&flag[2..], raw.to_string(), origin));
         Ok(value)
+    }
+
+    /// scuttle's value for a setting the user did not give, recorded for `--explain`.
+    fn scuttled<T: Copy>(
+        &mut self,
+        id: &str,
+        name: &'static str,
+        value: Option<(T, &'static str)>,
+        shown: impl Fn(T) -> String,
+    ) -> Option<T> {
+        let given = !matches!(self.matches.value_source(id), Some(ValueSource::DefaultValue) | None);
+        let (value, var) = value.filter(|_| !given)?;
+        self.explain.push((name, shown(value), Origin::Scuttle(var)));
+        Some(value)
     }
 
     /// The sidecar presets; empty when none was given (Istio's endpoints are then the defaults).
@@ -445,7 +471,30 @@ fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, String), String
             })
         })
         .collect();
-    if sidecars.is_empty() || given("ready_url") {
+    let scuttle = crate::scuttle::from_env()?;
+    // scuttle's URLs stand in for the defaults, never for what was given.
+    let scuttle_urls =
+        |given: bool, urls: Option<&Vec<(String, &'static str)>>, kind: &'static str, r: &mut Resolver| {
+            let Some(urls) = urls.filter(|_| !given && sidecars.is_empty()) else {
+                return Ok(None);
+            };
+            let mut targets = Vec::new();
+            for (url, var) in urls {
+                let endpoint = Endpoint::parse(url)
+                    .map_err(|why| format!("invalid {var} '{url}': {why}; expected {}", http::ACCEPTS))?;
+                r.explain.push((kind, url.clone(), Origin::Scuttle(var)));
+                targets.push(Target { endpoint, preset: None });
+            }
+            Ok::<_, String>(Some(targets))
+        };
+    if let Some(targets) = scuttle_urls(
+        given("ready_url"),
+        scuttle.as_ref().map(|s| &s.ready),
+        "ready-url",
+        &mut r,
+    )? {
+        ready_urls = targets;
+    } else if sidecars.is_empty() || given("ready_url") {
         let explicit = r.urls(("ready_url", "--ready-url", "MESHWRAP_READY_URL"), &args.ready_url)?;
         ready_urls.extend(explicit.into_iter().map(|endpoint| Target {
             endpoint,
@@ -461,25 +510,43 @@ fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, String), String
             })
         })
         .collect();
-    if sidecars.is_empty() || given("quit_url") {
+    if let Some(targets) = scuttle_urls(given("quit_url"), scuttle.as_ref().map(|s| &s.quit), "quit-url", &mut r)? {
+        quit_urls = targets;
+    } else if sidecars.is_empty() || given("quit_url") {
         let explicit = r.urls(("quit_url", "--quit-url", "MESHWRAP_QUIT_URL"), &args.quit_url)?;
         quit_urls.extend(explicit.into_iter().map(|endpoint| Target {
             endpoint,
             preset: tag("quit_url"),
         }));
     }
-    let no_wait = r.one(
-        ("no_wait", "--no-wait", "MESHWRAP_NO_WAIT"),
-        &args.no_wait,
-        "true or false",
-        choice(&[("true", true), ("false", false)]),
-    )?;
-    let timeout = r.one(
-        ("timeout", "--timeout", "MESHWRAP_TIMEOUT"),
-        &args.timeout,
-        &format!("{} (0 for no bound)", duration::ACCEPTS),
-        duration::parse,
-    )?;
+    let no_wait = match r.scuttled(
+        "no_wait",
+        "no-wait",
+        scuttle.as_ref().and_then(|s| s.no_wait).map(|var| (true, var)),
+        |_| "true".to_string(),
+    ) {
+        Some(value) => value,
+        None => r.one(
+            ("no_wait", "--no-wait", "MESHWRAP_NO_WAIT"),
+            &args.no_wait,
+            "true or false",
+            choice(&[("true", true), ("false", false)]),
+        )?,
+    };
+    let timeout = match r.scuttled(
+        "timeout",
+        "timeout",
+        scuttle.as_ref().and_then(|s| s.timeout).map(|(t, _, var)| (t, var)),
+        duration::format,
+    ) {
+        Some(value) => value,
+        None => r.one(
+            ("timeout", "--timeout", "MESHWRAP_TIMEOUT"),
+            &args.timeout,
+            &format!("{} (0 for no bound)", duration::ACCEPTS),
+            duration::parse,
+        )?,
+    };
     let native = r.one(
         ("native_sidecar", "--native-sidecar", "MESHWRAP_NATIVE_SIDECAR"),
         &args.native_sidecar,
@@ -498,22 +565,47 @@ fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, String), String
         "true or false",
         choice(&[("true", true), ("false", false)]),
     )?;
-    let on_timeout = r.one(
-        ("on_timeout", "--on-timeout", "MESHWRAP_ON_TIMEOUT"),
-        &args.on_timeout,
-        "fail or run",
-        choice(&[("fail", OnTimeout::Fail), ("run", OnTimeout::Run)]),
-    )?;
-    let quit_policy = r.one(
-        ("quit_policy", "--quit-policy", "MESHWRAP_QUIT_POLICY"),
-        &args.quit_policy,
-        "always, on-success or never",
-        choice(&[
-            ("always", QuitPolicy::Always),
-            ("on-success", QuitPolicy::OnSuccess),
-            ("never", QuitPolicy::Never),
-        ]),
-    )?;
+    let on_timeout = match r.scuttled(
+        "on_timeout",
+        "on-timeout",
+        scuttle
+            .as_ref()
+            .and_then(|s| s.timeout)
+            .map(|(_, fail, var)| (if fail { OnTimeout::Fail } else { OnTimeout::Run }, var)),
+        |v| {
+            if v == OnTimeout::Fail {
+                "fail".to_string()
+            } else {
+                "run".to_string()
+            }
+        },
+    ) {
+        Some(value) => value,
+        None => r.one(
+            ("on_timeout", "--on-timeout", "MESHWRAP_ON_TIMEOUT"),
+            &args.on_timeout,
+            "fail or run",
+            choice(&[("fail", OnTimeout::Fail), ("run", OnTimeout::Run)]),
+        )?,
+    };
+    let quit_policy = match r.scuttled(
+        "quit_policy",
+        "quit-policy",
+        scuttle.as_ref().and_then(|s| s.quit_policy),
+        |p| p.name().to_string(),
+    ) {
+        Some(value) => value,
+        None => r.one(
+            ("quit_policy", "--quit-policy", "MESHWRAP_QUIT_POLICY"),
+            &args.quit_policy,
+            "always, on-success or never",
+            choice(&[
+                ("always", QuitPolicy::Always),
+                ("on-success", QuitPolicy::OnSuccess),
+                ("never", QuitPolicy::Never),
+            ]),
+        )?,
+    };
     let quit_delay = r.one(
         ("quit_delay", "--quit-delay", "MESHWRAP_QUIT_DELAY"),
         &args.quit_delay,
@@ -558,6 +650,13 @@ fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, String), String
             ("--verbose", Level::Debug)
         };
         r.explain.push(("log-level", level.name().into(), Origin::Flag(flag)));
+        level
+    } else if let Some(level) = r.scuttled(
+        "log_level",
+        "log-level",
+        scuttle.as_ref().and_then(|s| s.log_level),
+        |l| l.name().to_string(),
+    ) {
         level
     } else {
         r.one(

@@ -17,6 +17,7 @@ pub mod cli;
 pub mod duration;
 pub mod install;
 pub mod log;
+pub mod scuttle;
 pub mod sidecar;
 pub mod supervise;
 

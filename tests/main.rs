@@ -15,4 +15,5 @@ mod pod;
 mod presets;
 mod quit;
 mod readiness;
+mod scuttle;
 mod signals;
