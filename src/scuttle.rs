@@ -16,6 +16,19 @@ use crate::cli::QuitPolicy;
 use crate::duration;
 use crate::log::Level;
 
+/// scuttle's variables, all of them.
+pub const VARS: [&str; 9] = [
+    "ENVOY_ADMIN_API",
+    "ISTIO_QUIT_API",
+    "NEVER_KILL_ISTIO",
+    "NEVER_KILL_ISTIO_ON_FAILURE",
+    "GENERIC_QUIT_ENDPOINTS",
+    "START_WITHOUT_ENVOY",
+    "WAIT_FOR_ENVOY_TIMEOUT",
+    "QUIT_WITHOUT_ENVOY_TIMEOUT",
+    "SCUTTLE_LOGGING",
+];
+
 /// What scuttle's variables ask for; each value names the variable it came from.
 #[derive(Default)]
 pub struct Scuttle {
@@ -46,18 +59,7 @@ fn go_duration(name: &'static str) -> Result<Option<Duration>, String> {
 
 /// Reads scuttle's variables; `None` when none of them is set.
 pub fn from_env() -> Result<Option<Scuttle>, String> {
-    const ALL: [&str; 9] = [
-        "ENVOY_ADMIN_API",
-        "ISTIO_QUIT_API",
-        "NEVER_KILL_ISTIO",
-        "NEVER_KILL_ISTIO_ON_FAILURE",
-        "GENERIC_QUIT_ENDPOINTS",
-        "START_WITHOUT_ENVOY",
-        "WAIT_FOR_ENVOY_TIMEOUT",
-        "QUIT_WITHOUT_ENVOY_TIMEOUT",
-        "SCUTTLE_LOGGING",
-    ];
-    if !ALL.iter().any(|name| var(name).is_some()) {
+    if !VARS.iter().any(|name| var(name).is_some()) {
         return Ok(None);
     }
     let mut s = Scuttle::default();

@@ -50,20 +50,9 @@ impl Meshwrap {
         let mut cmd = Command::new(program.as_ref());
         // The test's own environment must not configure meshwrap, directly or
         // through scuttle's variables.
-        const SCUTTLE: [&str; 9] = [
-            "ENVOY_ADMIN_API",
-            "ISTIO_QUIT_API",
-            "NEVER_KILL_ISTIO",
-            "NEVER_KILL_ISTIO_ON_FAILURE",
-            "GENERIC_QUIT_ENDPOINTS",
-            "START_WITHOUT_ENVOY",
-            "WAIT_FOR_ENVOY_TIMEOUT",
-            "QUIT_WITHOUT_ENVOY_TIMEOUT",
-            "SCUTTLE_LOGGING",
-        ];
         for (key, _) in std::env::vars_os() {
             let name = key.to_string_lossy();
-            if name.starts_with("MESHWRAP_") || SCUTTLE.contains(&name.as_ref()) {
+            if name.starts_with("MESHWRAP_") || meshwrap::scuttle::VARS.contains(&name.as_ref()) {
                 cmd.env_remove(key);
             }
         }
