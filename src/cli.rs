@@ -305,6 +305,11 @@ fn first_line(clap_error: &str) -> String {
     format!("{} (see meshwrap --help)", line.trim_start_matches("error: "))
 }
 
+/// Whether the user set this value (by flag or variable), not its default.
+fn given(matches: &ArgMatches, id: &str) -> bool {
+    !matches!(matches.value_source(id), Some(ValueSource::DefaultValue) | None)
+}
+
 /// Where a value came from, as `--explain` prints it.
 #[derive(Clone, Copy)]
 enum Origin {
@@ -371,8 +376,7 @@ impl Resolver<'_> {
         value: Option<(T, &'static str)>,
         shown: impl Fn(T) -> String,
     ) -> Option<T> {
-        let given = !matches!(self.matches.value_source(id), Some(ValueSource::DefaultValue) | None);
-        let (value, var) = value.filter(|_| !given)?;
+        let (value, var) = value.filter(|_| !given(self.matches, id))?;
         self.explain.push((name, shown(value), Origin::Scuttle(var)));
         Some(value)
     }
@@ -380,10 +384,7 @@ impl Resolver<'_> {
     /// The sidecar presets; empty when none was given (Istio's endpoints are then the defaults).
     fn sidecars(&mut self, raw: &[String]) -> Result<Vec<Sidecar>, String> {
         let origin = self.origin("sidecar", "--sidecar", "MESHWRAP_SIDECAR");
-        let items: Vec<&str> = match origin {
-            Origin::Env(_) => raw.iter().flat_map(|v| v.split(',')).map(str::trim).collect(),
-            _ => raw.iter().map(String::as_str).collect(),
-        };
+        let items = list_items(origin, raw);
         let mut sidecars = Vec::new();
         for item in &items {
             let sidecar = preset::parse(item).map_err(|why| {
@@ -416,10 +417,7 @@ impl Resolver<'_> {
         raw: &[String],
     ) -> Result<Vec<Endpoint>, String> {
         let origin = self.origin(id, flag, env);
-        let items: Vec<&str> = match origin {
-            Origin::Env(_) => raw.iter().flat_map(|v| v.split(',')).map(str::trim).collect(),
-            _ => raw.iter().map(String::as_str).collect(),
-        };
+        let items = list_items(origin, raw);
         let mut endpoints = Vec::new();
         for item in &items {
             if item.is_empty() {
@@ -435,6 +433,14 @@ impl Resolver<'_> {
         }
         self.explain.push((&flag[2..], items.join(","), origin));
         Ok(endpoints)
+    }
+}
+
+/// A repeatable value's items: one per flag, or the variable's comma-separated list.
+fn list_items(origin: Origin, raw: &[String]) -> Vec<&str> {
+    match origin {
+        Origin::Env(_) => raw.iter().flat_map(|v| v.split(',')).map(str::trim).collect(),
+        _ => raw.iter().map(String::as_str).collect(),
     }
 }
 
@@ -459,7 +465,7 @@ fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, String), String
     // Presets contribute endpoints; explicit URLs add to them. With no preset,
     // Istio's URLs are each URL flag's default, as they always were.
     let sidecars = r.sidecars(&args.sidecar)?;
-    let given = |id| !matches!(matches.value_source(id), Some(ValueSource::DefaultValue) | None);
+    let given = |id| given(matches, id);
     // A default URL is Istio's, so it is skipped with Istio when the pod has none.
     let tag = |id| (!given(id)).then_some(&preset::PRESETS[0]);
     let mut ready_urls: Vec<Target> = sidecars

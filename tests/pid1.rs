@@ -16,12 +16,9 @@ fn as_pid1(test: &str) -> Option<Meshwrap> {
         return None;
     }
     let mut mw = Meshwrap::program("/usr/bin/unshare");
-    mw.args(["--pid", "--fork", "--mount-proc"]).arg(support_meshwrap());
+    mw.args(["--pid", "--fork", "--mount-proc"])
+        .arg(crate::support::command::meshwrap_bin());
     Some(mw)
-}
-
-fn support_meshwrap() -> std::path::PathBuf {
-    crate::support::command::meshwrap_bin()
 }
 
 #[test]
