@@ -36,7 +36,9 @@ fn main() {
         helper(&args[i + 1]);
     }
     let quick = args.iter().any(|a| a == "--quick");
-    let bench = Bench::new(quick);
+    // `--only SECTION` (startup, readiness, quit, ...) for profiling one figure; writes nothing.
+    let only = args.iter().position(|a| a == "--only").map(|i| args[i + 1].clone());
+    let bench = Bench::new(quick, only);
     bench.run();
 }
 
@@ -371,6 +373,7 @@ struct Row {
 
 struct Bench {
     quick: bool,
+    only: Option<String>,
     runs: usize,
     baseline_runs: usize,
     has_baseline: bool,
@@ -379,7 +382,7 @@ struct Bench {
 }
 
 impl Bench {
-    fn new(quick: bool) -> Bench {
+    fn new(quick: bool, only: Option<String>) -> Bench {
         let has = |tool: &str| {
             Command::new("sh")
                 .args(["-c", &format!("command -v {tool}")])
@@ -388,6 +391,7 @@ impl Bench {
         };
         Bench {
             quick,
+            only,
             runs: if quick { 5 } else { 100 },
             baseline_runs: if quick { 2 } else { 20 },
             has_baseline: has("bash") && has("curl"),
@@ -423,16 +427,24 @@ impl Bench {
                 .trim_start_matches(env!("CARGO_MANIFEST_DIR"))
                 .trim_start_matches('/')
         ));
-        self.startup();
-        let (refused, answering, baseline) = self.readiness();
-        self.quit();
-        self.signal();
-        self.memory();
-        self.cpu_while_waiting();
-        self.scaling();
-        self.flood();
-        self.binary_size();
-        self.report(&refused, &answering, &baseline);
+        let wanted = |section: &str| self.only.as_deref().is_none_or(|only| only == section);
+        let sections: [(&str, &dyn Fn()); 8] = [
+            ("startup", &|| self.startup()),
+            ("quit", &|| self.quit()),
+            ("signal", &|| self.signal()),
+            ("memory", &|| self.memory()),
+            ("cpu", &|| self.cpu_while_waiting()),
+            ("scaling", &|| self.scaling()),
+            ("flood", &|| self.flood()),
+            ("size", &|| self.binary_size()),
+        ];
+        let readiness = wanted("readiness").then(|| self.readiness());
+        for (name, section) in sections {
+            if wanted(name) {
+                section();
+            }
+        }
+        self.report(readiness);
     }
 
     /// `meshwrap -- helper` vs `helper`, sidecar already ready: spawn to the helper's first instruction.
@@ -440,25 +452,32 @@ impl Bench {
         let sidecar = Sidecar::new();
         sidecar.ready.store(true, Ordering::SeqCst);
         sidecar.listen();
-        let measure = |wrapper: Wrapper, n: usize| {
-            Sample(
-                (0..n)
-                    .map(|_| {
-                        let before = now_ns();
-                        let mut r = start(wrapper, &[&sidecar], "run", &[]);
-                        let first = r.value("start ");
-                        r.wait();
-                        ms(first - before)
-                    })
-                    .collect(),
-            )
+        let once = |wrapper: Wrapper| {
+            let before = now_ns();
+            let mut r = start(wrapper, &[&sidecar], "run", &[]);
+            let first = r.value("start ");
+            r.wait();
+            ms(first - before)
         };
-        let direct = measure(Wrapper::Direct, self.runs);
-        let wrapped = measure(Wrapper::Meshwrap, self.runs);
-        let overhead = wrapped.median() - direct.median();
+        // Interleaved, so drift in this noisy VM's speed hits every column alike.
+        let mut wrappers = vec![Wrapper::Direct, Wrapper::Meshwrap, Wrapper::Shell];
+        if self.has_baseline {
+            wrappers.push(Wrapper::Baseline);
+        }
+        let mut times = vec![Vec::new(); wrappers.len()];
+        for run in 0..self.runs {
+            for (i, &wrapper) in wrappers.iter().enumerate() {
+                // The baseline is slow and steady: fewer runs of it suffice.
+                if wrapper != Wrapper::Baseline || run < self.runs.min(50) {
+                    times[i].push(once(wrapper));
+                }
+            }
+        }
+        let median = |i: usize| Sample(times[i].clone()).median();
+        let direct = median(0);
+        let overhead = median(1) - direct;
         let baseline = if self.has_baseline {
-            let b = measure(Wrapper::Baseline, self.runs.min(50));
-            format!("{} ms", fmt(b.median() - direct.median()))
+            format!("{} ms", fmt(median(3) - direct))
         } else {
             "n/a".into()
         };
@@ -469,11 +488,10 @@ impl Bench {
             "<= 1 ms",
             Some(overhead <= 1.0),
         );
-        self.note(format!("spawning the helper directly takes {} ms (fork, exec, runtime start): that cost is in both columns' absolute times and subtracted here", fmt(direct.median())));
-        let shell = measure(Wrapper::Shell, self.runs);
+        self.note(format!("spawning the helper directly takes {} ms (fork, exec, runtime start): that cost is in both columns' absolute times and subtracted here", fmt(direct)));
         self.row(
             "startup overhead of `sh -c 'CMD; :'` (the cheapest wrapper that stays alive: no wait, no signals)",
-            format!("{} ms", fmt(shell.median() - direct.median())),
+            format!("{} ms", fmt(median(2) - direct)),
             "".into(),
             "reference",
             None,
@@ -790,7 +808,7 @@ impl Bench {
         }
     }
 
-    fn report(&self, refused: &Sample, answering: &Sample, baseline: &Sample) {
+    fn report(&self, readiness: Option<(Sample, Sample, Sample)>) {
         let mut md = String::from(
             "# Benchmarks\n\nProduced by `cargo bench --bench lifecycle` (see benches/lifecycle.rs); do not edit by hand.\n",
         );
@@ -812,20 +830,20 @@ impl Bench {
             md += &format!("- {n}\n");
         }
         println!("\n{md}");
-        if self.quick {
-            println!("(--quick: BENCHMARKS.md and the plot are not written)");
+        let Some((refused, answering, baseline)) = readiness.filter(|_| !self.quick && self.only.is_none()) else {
+            println!("(--quick or --only: BENCHMARKS.md and the plot are not written)");
             return;
-        }
+        };
         let root = env!("CARGO_MANIFEST_DIR");
         let explained = std::fs::read_to_string(format!("{root}/benches/LIMITS.md")).unwrap_or_default();
         std::fs::write(format!("{root}/BENCHMARKS.md"), md + "\n" + &explained).unwrap();
         let series = [
-            ("meshwrap, refused -> 200", refused, "#1f6fd0"),
-            ("meshwrap, 503 -> 200", answering, "#2e9e4f"),
+            ("meshwrap, refused -> 200", &refused, "#1f6fd0"),
+            ("meshwrap, 503 -> 200", &answering, "#2e9e4f"),
         ];
         let mut all: Vec<(&str, &Sample, &str)> = series.to_vec();
         if self.has_baseline {
-            all.push(("bash + curl recipe", baseline, "#d05050"));
+            all.push(("bash + curl recipe", &baseline, "#d05050"));
         }
         std::fs::write(format!("{root}/images/readiness-latency.svg"), plot(&all)).unwrap();
     }

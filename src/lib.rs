@@ -1,7 +1,8 @@
 //! meshwrap makes batch and training commands behave inside service-mesh pods.
 //!
-//! The lifecycle, in order: register a handler for every catchable signal
-//! (before anything else, since PID 1 receives only signals it handles); parse
+//! The lifecycle, in order: block every signal meshwrap forwards and read them
+//! from a signalfd (before anything else, since PID 1 keeps only the signals
+//! it handles or blocks); parse
 //! the flags and variables into a [`cli::Config`]; read the pod's annotations
 //! to drop sidecars the pod does not have and the quit of native ones; poll the sidecar's ready
 //! URLs until each answers 2xx, stopping early on `--timeout` or on TERM, INT,
@@ -38,6 +39,10 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
     if args.get(1).is_some_and(|a| a == "install") {
         return install::main(&args[2..]);
     }
+    // Before the runtime: every thread must inherit the mask (see `signals`).
+    if let Err(e) = signals::block() {
+        return internal_error("cannot block signals", e);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => return internal_error("cannot start the runtime", e),
@@ -45,7 +50,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
     runtime.block_on(async {
         let mut signals = match Signals::install() {
             Ok(signals) => signals,
-            Err(e) => return internal_error("cannot install signal handlers", e),
+            Err(e) => return internal_error("cannot open a signalfd", e),
         };
         match cli::parse(args) {
             Parsed::Run(config) => run(&config, &mut signals).await,

@@ -1,0 +1,213 @@
+//! Starting the command with a clean signal state, in its own process group.
+//!
+//! The child must not inherit meshwrap's signal state: a blocked signal stays
+//! blocked and an ignored one stays ignored across exec, and meshwrap's
+//! parent may have left either (cargo's process chain leaves signal 32
+//! ignored, `nohup` leaves SIGHUP ignored). So every disposition is reset to
+//! default and the mask is emptied between the fork and the exec.
+//!
+//! Two ways to do that, chosen per run:
+//! - **posix_spawn** (the usual case: no terminal). `POSIX_SPAWN_SETSIGDEF`
+//!   with every bit set, `SETSIGMASK` with none and `SETPGROUP` 0. glibc and
+//!   musl implement it with a vfork-style clone, which returns in about a
+//!   quarter of the time of std's fork path (measured: 180-215 us against
+//!   670-690 us for this 1 MB process). The signal set is filled by hand:
+//!   `sigfillset` leaves out the signals libc reserves (32-34), which are
+//!   exactly the ones `signal()` cannot reset, while both libcs' spawn code
+//!   honours every bit of the set.
+//! - **fork + pre_exec** when stdin is a terminal: the child must also make
+//!   its new process group the terminal's foreground (so Ctrl-C reaches it),
+//!   which posix_spawn cannot express.
+
+use std::ffi::{CString, OsString};
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use libc::{c_char, pid_t};
+
+use super::signals;
+
+/// Why the command could not be started, with the exit code that reports it.
+pub struct SpawnError {
+    pub code: u8,
+    pub error: io::Error,
+}
+
+impl SpawnError {
+    fn new(error: io::Error) -> SpawnError {
+        // 127 for a command that is not there, 126 for one that cannot run.
+        let code = match error.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) => 127,
+            _ => 126,
+        };
+        SpawnError { code, error }
+    }
+
+    fn no_command() -> SpawnError {
+        SpawnError {
+            code: 125,
+            error: io::Error::other("no command given"),
+        }
+    }
+}
+
+/// Starts the command in its own process group; returns its pid.
+pub fn spawn(command: &[OsString]) -> Result<pid_t, SpawnError> {
+    if command.is_empty() {
+        return Err(SpawnError::no_command());
+    }
+    // SAFETY: isatty only inspects file descriptor 0.
+    if unsafe { libc::isatty(0) } == 1 {
+        fork_spawn(command)
+    } else {
+        posix_spawn(command)
+    }
+}
+
+fn posix_spawn(command: &[OsString]) -> Result<pid_t, SpawnError> {
+    let args = command
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| SpawnError::new(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
+    let mut argv: Vec<*mut c_char> = args.iter().map(|a| a.as_ptr() as *mut c_char).collect();
+    argv.push(std::ptr::null_mut());
+
+    let mut attr = Attr::new().map_err(SpawnError::new)?;
+    let mut pid: pid_t = 0;
+    // SAFETY: every pointer is valid for the call: `attr` was initialised,
+    // `argv` is a NULL-terminated array of NUL-terminated strings that outlive
+    // the call, and `environ` is libc's own environment array.
+    let result = unsafe {
+        libc::posix_spawnp(
+            &mut pid,
+            argv[0],
+            std::ptr::null(),
+            attr.as_mut_ptr(),
+            argv.as_ptr(),
+            environ as *const *mut c_char,
+        )
+    };
+    if result == 0 {
+        Ok(pid)
+    } else {
+        Err(SpawnError::new(io::Error::from_raw_os_error(result)))
+    }
+}
+
+unsafe extern "C" {
+    /// libc's environment, which std's `env::set_var` also writes.
+    static environ: *const *const c_char;
+}
+
+/// A `posix_spawnattr_t` that is destroyed when dropped.
+struct Attr(MaybeUninit<libc::posix_spawnattr_t>);
+
+impl Attr {
+    /// Own process group, every signal at its default action, nothing blocked.
+    fn new() -> io::Result<Attr> {
+        let mut attr = Attr(MaybeUninit::uninit());
+        let check = |result: libc::c_int| match result {
+            0 => Ok(()),
+            e => Err(io::Error::from_raw_os_error(e)),
+        };
+        // SAFETY: posix_spawnattr_init initialises the attribute object.
+        check(unsafe { libc::posix_spawnattr_init(attr.0.as_mut_ptr()) })?;
+        // All ones: every signal, the libc-reserved ones included (see the module docs).
+        // SAFETY: sigset_t is a plain bit array; any bit pattern is a valid value.
+        let every: libc::sigset_t = unsafe { std::mem::transmute([0xffu8; size_of::<libc::sigset_t>()]) };
+        // SAFETY: an all-zero sigset_t is the empty set.
+        let none: libc::sigset_t = unsafe { std::mem::zeroed() };
+        let flags = libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGDEF | libc::POSIX_SPAWN_SETSIGMASK;
+        // SAFETY: `attr` was initialised above; the sets are copied by the calls.
+        unsafe {
+            check(libc::posix_spawnattr_setpgroup(attr.as_mut_ptr(), 0))?;
+            check(libc::posix_spawnattr_setsigdefault(attr.as_mut_ptr(), &every))?;
+            check(libc::posix_spawnattr_setsigmask(attr.as_mut_ptr(), &none))?;
+            check(libc::posix_spawnattr_setflags(
+                attr.as_mut_ptr(),
+                flags as libc::c_short,
+            ))?;
+        }
+        Ok(attr)
+    }
+
+    fn as_mut_ptr(&mut self) -> *mut libc::posix_spawnattr_t {
+        self.0.as_mut_ptr()
+    }
+}
+
+impl Drop for Attr {
+    fn drop(&mut self) {
+        // SAFETY: `Attr` exists only once posix_spawnattr_init succeeded.
+        unsafe { libc::posix_spawnattr_destroy(self.0.as_mut_ptr()) };
+    }
+}
+
+/// The terminal case: fork, and in the child take the terminal's foreground.
+fn fork_spawn(command: &[OsString]) -> Result<pid_t, SpawnError> {
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..]).process_group(0);
+    // SAFETY: the hook runs in the forked child before exec and makes only
+    // async-signal-safe calls (signal, tcsetpgrp, getpid, rt_sigaction,
+    // pthread_sigmask); it allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            // A background group calling tcsetpgrp gets SIGTTOU unless it is ignored.
+            libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            libc::tcsetpgrp(0, libc::getpid());
+            reset_dispositions();
+            // std does not reset the mask in every version; do not rely on it.
+            signals::unblock_all()
+        });
+    }
+    // The std handle is dropped without waiting: the reaper owns the status.
+    cmd.spawn().map(|child| child.id() as pid_t).map_err(SpawnError::new)
+}
+
+/// Replaces meshwrap with the command (`--exec`), with the same clean signal
+/// state a spawned command gets. Returns only if exec failed.
+pub fn exec(command: &[OsString]) -> SpawnError {
+    let Some((program, args)) = command.split_first() else {
+        return SpawnError::no_command();
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    // SAFETY: the hook runs just before execve, in this process, and makes only
+    // async-signal-safe calls (rt_sigaction, pthread_sigmask).
+    unsafe {
+        cmd.pre_exec(|| {
+            reset_dispositions();
+            signals::unblock_all()
+        });
+    }
+    SpawnError::new(cmd.exec())
+}
+
+/// Sets every signal's disposition to default, in the forked child.
+///
+/// The raw syscall, not libc's `signal`: glibc and musl refuse to touch the
+/// signals they reserve (32-34), yet a parent may have left those ignored.
+fn reset_dispositions() {
+    // The kernel's struct sigaction, all zero: SIG_DFL, no flags, no restorer,
+    // empty mask. Zero means the same in every architecture's layout.
+    let default_action = [0u64; 4];
+    for sig in 1..=libc::SIGRTMAX() {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            // SAFETY: rt_sigaction reads `default_action` (large enough for the
+            // kernel's struct with an 8-byte mask) and writes nothing back.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    sig,
+                    default_action.as_ptr(),
+                    std::ptr::null_mut::<u8>(),
+                    8usize,
+                )
+            };
+        }
+    }
+}
