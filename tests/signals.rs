@@ -129,3 +129,30 @@ fn signals_blocked_by_meshwraps_parent_still_reach_the_command() {
     mw.signal(libc::SIGTERM);
     mw.finish().assert_code(0);
 }
+
+#[test]
+fn a_sigpipe_from_meshwraps_own_broken_stderr_is_not_forwarded() {
+    let sidecar = FakeSidecar::ready();
+    let mut mw = wrapped(&sidecar);
+    mw.args([probe_bin(), "signals".into()]);
+    // SAFETY: runs in the forked child before exec; pipe, close and dup2 are async-signal-safe.
+    unsafe {
+        mw.command().pre_exec(|| {
+            // meshwrap's stderr: a pipe nobody reads, so every log line raises SIGPIPE.
+            let mut fds = [0; 2];
+            libc::pipe(fds.as_mut_ptr());
+            libc::close(fds[0]);
+            libc::dup2(fds[1], 2);
+            libc::close(fds[1]);
+            Ok(())
+        });
+    }
+    let mut mw = mw.spawn();
+    mw.wait_stdout("ready");
+    // "command started" was logged before meshwrap reads any signal, so its
+    // SIGPIPE is pending by now, and it is read before SIGTERM (13 < 15).
+    mw.signal(libc::SIGTERM);
+    mw.finish()
+        .assert_code(0)
+        .assert_stdout(&format!("ready\nsignal {}\n", libc::SIGTERM));
+}
