@@ -3,9 +3,9 @@
 //!
 //! Everything runs on one thread (a current-thread runtime), which is what
 //! makes the following races impossible rather than unlikely:
-//! - **Lost signals.** Handlers are registered before the spawn (see
-//!   `signals`); a signal that arrives between the spawn and the first poll
-//!   waits in tokio's queue and is forwarded then.
+//! - **Lost signals.** The forwarded signals are blocked before the runtime
+//!   starts (see `signals`); one that arrives between the spawn and the first
+//!   read stays pending in the kernel and is forwarded then.
 //! - **A stolen status.** `reaper::reap` is the only `waitpid` caller. The
 //!   command's pid is known before any reap pass can run, because spawning is
 //!   synchronous on this same thread; so the pass that collects the command's
