@@ -181,3 +181,53 @@ fn the_ready_log_line_counts_polls() {
     let run = wrapped(&sidecar).args(MARKER).run();
     run.assert_code(0).assert_stderr_has("polls=3");
 }
+
+#[test]
+fn polls_reuse_the_connection_the_sidecar_keeps_open() {
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_ready(&[
+        Reply::Status(503),
+        Reply::Status(503),
+        Reply::Status(503),
+        Reply::Status(200),
+    ]);
+    let run = wrapped(&sidecar)
+        .args(["-v", "--quit-policy", "never"])
+        .args(MARKER)
+        .run();
+    run.assert_code(0).assert_stdout("started\n");
+    assert_eq!(sidecar.polls(), 4);
+    run.check(
+        sidecar.connections_used() == 1,
+        &format!(
+            "4 polls on {} connections, not 1: {:?}",
+            sidecar.connections_used(),
+            sidecar.requests()
+        ),
+    );
+}
+
+#[test]
+fn a_sidecar_that_closes_connections_is_polled_on_new_ones() {
+    for connections in [Connections::CloseEach, Connections::DropIdle] {
+        let sidecar = FakeSidecar::ready();
+        sidecar.set_connections(connections);
+        sidecar.set_ready(&[
+            Reply::Status(503),
+            Reply::Status(503),
+            Reply::Status(503),
+            Reply::Status(200),
+        ]);
+        let run = wrapped(&sidecar)
+            .args(["-v", "--quit-policy", "never"])
+            .args(MARKER)
+            .run();
+        // A kept connection found closed is replaced within the same poll, not
+        // reported as a failed one.
+        run.assert_code(0)
+            .assert_stdout("started\n")
+            .assert_stderr_lacks("connection closed");
+        assert_eq!(sidecar.polls(), 4, "{connections:?}");
+        assert_eq!(sidecar.connections_used(), 4, "{connections:?}");
+    }
+}

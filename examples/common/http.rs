@@ -26,8 +26,15 @@ pub fn read_request_line(stream: &mut TcpStream) -> String {
 
 /// Answers `status` (`200 OK`) with `body`, and `connection: close`.
 pub fn respond(stream: &mut TcpStream, status: &str, body: &[u8]) {
+    respond_with(stream, status, body, true);
+}
+
+/// Answers `status` with `body`; without `close` the connection stays open for
+/// the next request (HTTP/1.1's default, what Go's and Envoy's servers do).
+pub fn respond_with(stream: &mut TcpStream, status: &str, body: &[u8], close: bool) {
+    let connection = if close { "connection: close\r\n" } else { "" };
     let head = format!(
-        "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "HTTP/1.1 {status}\r\ncontent-length: {}\r\n{connection}\r\n",
         body.len()
     );
     let _ = stream.write_all(head.as_bytes());

@@ -1,21 +1,27 @@
 //! A minimal HTTP/1 client for sidecar admin endpoints, on hyper's
-//! `client::conn::http1`: one fresh connection per request, no pool, no TLS.
+//! `client::conn::http1`: no pool, no TLS.
 //!
-//! Sidecar admin endpoints are plain HTTP on loopback, answer in microseconds,
-//! and meshwrap sends a handful of requests per run, so a pool would only add
-//! size. Every request is bounded as a whole (connect + response head) by the
+//! Sidecar admin endpoints are plain HTTP on loopback and answer in
+//! microseconds. A quit gets a fresh connection; the readiness polls of one
+//! URL reuse theirs while the sidecar keeps it open, since a new connection
+//! and handshake cost four times a request's CPU on a cold cache. One
+//! `Option<Connection>` is all the pool there is. Every request is bounded as a whole (connect + response head) by the
 //! caller's timeout; the body is never read, since only the status matters.
 //!
 //! Failures are classified because callers treat them differently: a refused
 //! connection while waiting means "not listening yet" (poll again soon), while
 //! after the sidecar was seen ready it means "already gone".
 
+use std::future::{Future, poll_fn};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Empty;
+use hyper::body::Body;
 use hyper::{Method, Request, header};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -176,67 +182,227 @@ impl From<io::Error> for Failure {
 
 impl Endpoint {
     /// For a loopback IP endpoint, whether its port refuses connections right
-    /// now, found with one non-blocking connect outside the runtime's reactor
-    /// (a refused loopback connect fails within microseconds). `false` when
-    /// it is not loopback, accepted the connection, or did not answer within
-    /// a millisecond: then a real request has to tell.
+    /// now. `false` when it is not loopback or did not refuse: then a real
+    /// request has to tell.
     ///
-    /// This is what makes polling a sidecar that is not up yet cheap: a full
-    /// tokio connect costs about ten syscalls and two reactor wake-ups.
+    /// One non-blocking connect outside the reactor: on loopback the kernel
+    /// handles the SYN and its RST within the connect call, so the refusal is
+    /// already recorded when connect returns (EINPROGRESS) and SO_ERROR reads
+    /// it. Four syscalls, where a reactor connect takes ten and two wake-ups.
     pub fn refuses(&self) -> bool {
         let Host::Ip(ip) = self.host else { return false };
-        if !ip.is_loopback() {
+        ip.is_loopback() && connect_refused(SocketAddr::new(ip, self.port))
+    }
+}
+
+fn connect_refused(addr: SocketAddr) -> bool {
+    // SAFETY: all-zero sockaddr structs are valid; each is filled in before use
+    // and passed with its own size.
+    let (mut v4, mut v6): (libc::sockaddr_in, libc::sockaddr_in6) = unsafe { std::mem::zeroed() };
+    let (family, sockaddr, len) = match addr {
+        SocketAddr::V4(a) => {
+            v4.sin_family = libc::AF_INET as libc::sa_family_t;
+            v4.sin_port = a.port().to_be();
+            v4.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            (
+                libc::AF_INET,
+                (&raw const v4).cast::<libc::sockaddr>(),
+                size_of_val(&v4),
+            )
+        }
+        SocketAddr::V6(a) => {
+            v6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            v6.sin6_port = a.port().to_be();
+            v6.sin6_addr.s6_addr = a.ip().octets();
+            (
+                libc::AF_INET6,
+                (&raw const v6).cast::<libc::sockaddr>(),
+                size_of_val(&v6),
+            )
+        }
+    };
+    // SAFETY: plain syscalls on a descriptor this function owns and closes;
+    // `sockaddr` points to a live struct of `len` bytes, `error` to 4 bytes.
+    unsafe {
+        let fd = libc::socket(family, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
             return false;
         }
-        let addr = SocketAddr::new(ip, self.port);
-        matches!(
-            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(1)),
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused
-        )
+        let refused = if libc::connect(fd, sockaddr, len as libc::socklen_t) == 0 {
+            false
+        } else {
+            match io::Error::last_os_error().raw_os_error() {
+                Some(libc::ECONNREFUSED) => true,
+                Some(libc::EINPROGRESS) => {
+                    let mut error: libc::c_int = 0;
+                    let mut size = size_of_val(&error) as libc::socklen_t;
+                    libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, (&raw mut error).cast(), &mut size) == 0
+                        && error == libc::ECONNREFUSED
+                }
+                _ => false,
+            }
+        };
+        libc::close(fd);
+        refused
     }
 }
 
-/// Sends one request with an empty body; returns the response status code.
+/// Sends one request with an empty body on a new connection; returns the
+/// response status code.
 pub async fn request(endpoint: &Endpoint, method: Method, timeout: Duration) -> Result<u16, Failure> {
-    match tokio::time::timeout(timeout, exchange(endpoint, method)).await {
-        Ok(result) => result,
-        Err(_) => Err(Failure::TimedOut),
+    let exchange = async {
+        let request = endpoint.request(method)?;
+        Connection::open(endpoint).await?.send(request).await
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .unwrap_or(Err(Failure::TimedOut))
+}
+
+/// GETs the endpoint on `kept`'s connection if the sidecar has kept it open,
+/// else on a new one, which is left in `kept` if the sidecar keeps it open.
+///
+/// A sidecar may close an idle connection at any time, even as the request
+/// goes out; a GET is safe to repeat, so a kept connection that turns out
+/// closed is replaced by a new one within the same `timeout`.
+pub async fn get_reusing(
+    endpoint: &Endpoint,
+    timeout: Duration,
+    kept: &mut Option<Connection>,
+) -> Result<u16, Failure> {
+    let exchange = async {
+        if let Some(mut connection) = kept.take() {
+            match connection.send(endpoint.request(Method::GET)?).await {
+                Err(Failure::Closed) => {}
+                result => {
+                    *kept = connection.reusable(&result);
+                    return result;
+                }
+            }
+        }
+        let mut connection = Connection::open(endpoint).await?;
+        let result = connection.send(endpoint.request(Method::GET)?).await;
+        *kept = connection.reusable(&result);
+        result
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .unwrap_or(Err(Failure::TimedOut))
+}
+
+impl Endpoint {
+    fn request(&self, method: Method) -> Result<Request<Empty<Bytes>>, Failure> {
+        let post = method == Method::POST;
+        let mut request = Request::builder()
+            .method(method)
+            .uri(self.path.as_str())
+            .header(header::HOST, self.authority.as_str())
+            .header(header::USER_AGENT, concat!("meshwrap/", env!("CARGO_PKG_VERSION")));
+        if post {
+            request = request.header(header::CONTENT_LENGTH, "0");
+        }
+        request.body(Empty::new()).map_err(|e| Failure::Io(io::Error::other(e)))
     }
 }
 
-async fn exchange(endpoint: &Endpoint, method: Method) -> Result<u16, Failure> {
-    let stream = connect(endpoint).await?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream))
-        .await
-        .map_err(classify)?;
-    let mut request = Request::builder()
-        .method(method.clone())
-        .uri(endpoint.path.as_str())
-        .header(header::HOST, endpoint.authority.as_str())
-        .header(header::USER_AGENT, concat!("meshwrap/", env!("CARGO_PKG_VERSION")));
-    if method == Method::POST {
-        request = request.header(header::CONTENT_LENGTH, "0");
+type Driver = hyper::client::conn::http1::Connection<TokioIo<TcpStream>, Empty<Bytes>>;
+
+/// One HTTP/1 connection: hyper's request handle and the future that drives
+/// the socket, which is polled only while a request is under way.
+pub struct Connection {
+    sender: hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+    driver: Pin<Box<Driver>>,
+    /// The driver has finished, or the connection broke: neither polled nor reused any more.
+    ended: bool,
+}
+
+impl Connection {
+    async fn open(endpoint: &Endpoint) -> Result<Connection, Failure> {
+        let stream = connect(endpoint).await?;
+        let (sender, driver) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(classify)?;
+        Ok(Connection {
+            sender,
+            driver: Box::pin(driver),
+            ended: false,
+        })
     }
-    let request = request
-        .body(Empty::new())
-        .map_err(|e| Failure::Io(io::Error::other(e)))?;
-    // The connection future drives the socket and must be polled alongside
-    // the response. A sidecar that answers and closes at once (Connection:
-    // close, or exiting after quitquitquit) ends the connection in the same
-    // poll that delivers the response, so a clean end is followed by taking
-    // the response it delivered; an error end carries the real cause (a parse
-    // error for garbage), which the response side would only see as "closed".
-    let mut response = std::pin::pin!(sender.send_request(request));
-    let mut connection = std::pin::pin!(connection);
-    let response = tokio::select! {
-        biased;
-        response = &mut response => response,
-        ended = &mut connection => match ended {
-            Ok(()) => response.await,
-            Err(e) => return Err(classify(e)),
-        },
-    };
-    response.map(|r| r.status().as_u16()).map_err(classify)
+
+    /// Sends one request and returns the response's status. `Closed` when the
+    /// connection was closed before the request could go out or be answered.
+    async fn send(&mut self, request: Request<Empty<Bytes>>) -> Result<u16, Failure> {
+        let Connection { sender, driver, ended } = self;
+        // Driving the connection first notices a sidecar that closed it while idle.
+        poll_fn(|cx| {
+            if let Poll::Ready(result) = drive(driver.as_mut(), ended, cx) {
+                return Poll::Ready(Err(result.err().unwrap_or(Failure::Closed)));
+            }
+            sender.poll_ready(cx).map_err(classify)
+        })
+        .await?;
+        let response = with_driver(driver, ended, sender.send_request(request))
+            .await?
+            .map_err(classify)?;
+        let status = response.status().as_u16();
+        // Read the body to its end (a few bytes): hyper closes a connection
+        // whose body was dropped before it had all arrived. A broken body does
+        // not unsay the status; it only makes the connection unusable.
+        let mut body = response.into_body();
+        loop {
+            match with_driver(driver, ended, poll_fn(|cx| Pin::new(&mut body).poll_frame(cx))).await {
+                Ok(Some(Ok(_))) => {}
+                Ok(None) => break,
+                Ok(Some(Err(_))) | Err(_) => {
+                    *ended = true;
+                    break;
+                }
+            }
+        }
+        Ok(status)
+    }
+
+    /// This connection, if it is still open after an answered request.
+    fn reusable(self, result: &Result<u16, Failure>) -> Option<Connection> {
+        (result.is_ok() && !self.ended).then_some(self)
+    }
+}
+
+/// Polls `future` to completion, driving the connection alongside: the
+/// driver is what moves bytes between the socket and `future`.
+///
+/// A sidecar that answers and closes at once (Connection: close, or exiting
+/// after quitquitquit) ends the driver in the same poll that delivers the
+/// response, so after a clean end `future` is polled on for what was
+/// delivered; an error end carries the real cause (a parse error for
+/// garbage), which `future` would only see as "closed".
+async fn with_driver<T>(
+    driver: &mut Pin<Box<Driver>>,
+    ended: &mut bool,
+    future: impl Future<Output = T>,
+) -> Result<T, Failure> {
+    let mut future = std::pin::pin!(future);
+    poll_fn(|cx| {
+        if let Poll::Ready(output) = future.as_mut().poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        match drive(driver.as_mut(), ended, cx) {
+            Poll::Ready(Err(failure)) => Poll::Ready(Err(failure)),
+            Poll::Ready(Ok(())) => future.as_mut().poll(cx).map(Ok),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// Polls the driver unless it has already finished.
+fn drive(driver: Pin<&mut Driver>, ended: &mut bool, cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
+    if *ended {
+        return Poll::Pending;
+    }
+    let result = std::task::ready!(driver.poll(cx));
+    *ended = true;
+    Poll::Ready(result.map_err(classify))
 }
 
 /// Opens (and drops) a connection, bounded by `timeout`: whether anything listens.

@@ -7,7 +7,7 @@ pub mod pod;
 pub mod sidecar;
 
 pub use command::{Meshwrap, Run, Running, Stream, probe_bin};
-pub use sidecar::{FakeSidecar, Reply};
+pub use sidecar::{Connections, FakeSidecar, Reply};
 
 /// meshwrap pointed at `sidecar` for both readiness and quit.
 pub fn wrapped(sidecar: &FakeSidecar) -> Meshwrap {

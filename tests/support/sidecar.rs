@@ -2,7 +2,8 @@
 //! can be changed while meshwrap polls it, and which records every request.
 //!
 //! Routes: `GET /healthz/ready` answers with the ready replies, `POST
-//! /quitquitquit` with the quit replies, anything else 404. Each route takes a
+//! /quitquitquit` with the quit replies, anything else 404. Connections are
+//! kept open between requests unless told otherwise ([`Connections`]). Each route takes a
 //! list of replies used in order, the last one repeating. It can also refuse
 //! connections (not listening yet, or gone), which is the state of a sidecar
 //! before Envoy's listener is up and after it has exited.
@@ -28,11 +29,26 @@ pub enum Reply {
     Close,
 }
 
+/// What the fake does with a connection after answering on it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Connections {
+    /// Keeps it open for the next request (Go's and Envoy's default).
+    #[default]
+    KeepAlive,
+    /// Answers with `connection: close`, then closes it.
+    CloseEach,
+    /// Answers as if keeping it open, then closes it 1 ms later (an idle
+    /// timeout that fires between two polls).
+    DropIdle,
+}
+
 #[derive(Clone, Debug)]
 pub struct Request {
     pub method: String,
     pub path: String,
     pub at: Instant,
+    /// Which accepted connection carried it, counting from 0.
+    pub connection: usize,
 }
 
 #[derive(Default)]
@@ -43,6 +59,8 @@ struct State {
     quit_path: String,
     /// Stop listening right after answering a quit with 2xx, like Istio's agent.
     exit_on_quit: bool,
+    connections: Connections,
+    accepted: usize,
     requests: Vec<Request>,
 }
 
@@ -169,6 +187,18 @@ impl FakeSidecar {
         self.shared.state.lock().unwrap().quit = replies.to_vec();
     }
 
+    pub fn set_connections(&self, connections: Connections) {
+        self.shared.state.lock().unwrap().connections = connections;
+    }
+
+    /// How many connections carried at least one request.
+    pub fn connections_used(&self) -> usize {
+        let mut used: Vec<usize> = self.requests().iter().map(|r| r.connection).collect();
+        used.sort_unstable();
+        used.dedup();
+        used.len()
+    }
+
     pub fn exit_on_quit(&self) {
         self.shared.state.lock().unwrap().exit_on_quit = true;
     }
@@ -241,22 +271,36 @@ fn serve(listener: TcpListener, shared: Arc<Shared>, port: u16) {
         }
         let Ok(stream) = stream else { continue };
         let shared = shared.clone();
-        thread::spawn(move || answer(stream, shared, port));
+        let id = {
+            let mut state = shared.state.lock().unwrap();
+            state.accepted += 1;
+            state.accepted - 1
+        };
+        thread::spawn(move || serve_connection(stream, shared, port, id));
     }
 }
 
-fn answer(mut stream: TcpStream, shared: Arc<Shared>, port: u16) {
-    let line = http::read_request_line(&mut stream);
+fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>, port: u16, id: usize) {
+    while answer(&mut stream, &shared, port, id) {}
+    if shared.state.lock().unwrap().connections == Connections::DropIdle {
+        thread::sleep(Duration::from_millis(1));
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// Answers one request; true when the connection stays open for another.
+fn answer(stream: &mut TcpStream, shared: &Shared, port: u16, id: usize) -> bool {
+    let line = http::read_request_line(stream);
     let mut words = line.split_whitespace();
     let (method, path) = (
         words.next().unwrap_or("").to_string(),
         words.next().unwrap_or("").to_string(),
     );
     if method.is_empty() {
-        // Connected and closed without a request (meshwrap's refused-port probe).
-        return;
+        // Closed without a request: meshwrap's refused-port probe, or the end of a kept connection.
+        return false;
     }
-    let (reply, exit_after) = {
+    let (reply, exit_after, connections) = {
         let mut state = shared.state.lock().unwrap();
         let state = &mut *state;
         let replies = match method.as_str() {
@@ -274,31 +318,38 @@ fn answer(mut stream: TcpStream, shared: Arc<Shared>, port: u16) {
             method,
             path,
             at: Instant::now(),
+            connection: id,
         });
         shared.changed.notify_all();
-        (reply, exit_after)
+        (reply, exit_after, state.connections)
     };
-    match reply {
+    let close = connections == Connections::CloseEach || exit_after;
+    let answered = match reply {
         Reply::Body(code, body) => {
-            http::respond(&mut stream, &format!("{code} X"), body.as_bytes());
+            http::respond_with(stream, &format!("{code} X"), body.as_bytes(), close);
+            true
         }
         Reply::Status(code) => {
             let body = if code == 200 { "OK" } else { "not ready" };
-            http::respond(&mut stream, &format!("{code} X"), body.as_bytes());
+            http::respond_with(stream, &format!("{code} X"), body.as_bytes(), close);
+            true
         }
         Reply::Hang => {
             while !shared.closed.load(Ordering::SeqCst) {
                 thread::sleep(Duration::from_millis(20));
             }
+            false
         }
         Reply::Garbage => {
             let _ = stream.write_all(b"\x00\x01garbage, not http\r\n\r\n");
+            false
         }
-        Reply::Close => {}
-    }
-    let _ = stream.shutdown(Shutdown::Both);
+        Reply::Close => false,
+    };
     if exit_after {
+        let _ = stream.shutdown(Shutdown::Both);
         shared.closed.store(true, Ordering::SeqCst);
         let _ = TcpStream::connect(("127.0.0.1", port));
     }
+    answered && !close && connections == Connections::KeepAlive
 }
