@@ -159,22 +159,28 @@ impl Sidecar {
                     return;
                 }
                 let Ok(mut conn) = conn else { continue };
-                let line = http::read_request_line(&mut conn);
-                if line.is_empty() {
-                    // A connect-and-close probe (meshwrap's check of a refusing port), not a request.
-                    continue;
-                }
-                let at = now_ns();
-                requests.fetch_add(1, Ordering::SeqCst);
-                let status = if line.starts_with("POST /quitquitquit") {
-                    quit_at.lock().unwrap().push(at);
-                    "200 OK"
-                } else if ready.load(Ordering::SeqCst) {
-                    "200 OK"
-                } else {
-                    "503 Service Unavailable"
-                };
-                http::respond(&mut conn, status, b"");
+                let (ready, requests, quit_at) = (ready.clone(), requests.clone(), quit_at.clone());
+                // Connections stay open between requests, as Go's and Envoy's servers keep them.
+                thread::spawn(move || {
+                    loop {
+                        let line = http::read_request_line(&mut conn);
+                        if line.is_empty() {
+                            // Closed: a connect-and-close probe (meshwrap's check of a refusing port) or the client is done.
+                            return;
+                        }
+                        let at = now_ns();
+                        requests.fetch_add(1, Ordering::SeqCst);
+                        let status = if line.starts_with("POST /quitquitquit") {
+                            quit_at.lock().unwrap().push(at);
+                            "200 OK"
+                        } else if ready.load(Ordering::SeqCst) {
+                            "200 OK"
+                        } else {
+                            "503 Service Unavailable"
+                        };
+                        http::respond_with(&mut conn, status, b"", false);
+                    }
+                });
             }
         });
         *self.listening.lock().unwrap() = Some((flag, handle));
