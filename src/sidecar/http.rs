@@ -22,7 +22,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Empty;
 use hyper::body::Body;
-use hyper::{Method, Request, header};
+use hyper::header::HeaderValue;
+use hyper::{Method, Request, Uri, header};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
@@ -39,6 +40,10 @@ pub struct Endpoint {
     /// `host[:port]`, sent as the Host header.
     authority: String,
     path: String,
+    /// The request target and Host header, parsed once: a readiness poll
+    /// repeats them hundreds of times.
+    target: Uri,
+    host_header: HeaderValue,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,12 +90,17 @@ impl Endpoint {
         } else {
             return Err(format!("'{host}' is not a host name or IP address"));
         };
+        let target = Uri::try_from(path.as_str()).map_err(|_| "the path is not a valid request target".to_string())?;
+        let host_header =
+            HeaderValue::try_from(authority).map_err(|_| "the host is not a valid Host header".to_string())?;
         Ok(Endpoint {
             url: url.to_string(),
             host,
             port,
             authority: authority.to_string(),
             path,
+            target,
+            host_header,
         })
     }
 
@@ -251,7 +261,7 @@ fn connect_refused(addr: SocketAddr) -> bool {
 /// response status code.
 pub async fn request(endpoint: &Endpoint, method: Method, timeout: Duration) -> Result<u16, Failure> {
     let exchange = async {
-        let request = endpoint.request(method)?;
+        let request = endpoint.request(method);
         Connection::open(endpoint).await?.send(request).await
     };
     tokio::time::timeout(timeout, exchange)
@@ -272,7 +282,7 @@ pub async fn get_reusing(
 ) -> Result<u16, Failure> {
     let exchange = async {
         if let Some(mut connection) = kept.take() {
-            match connection.send(endpoint.request(Method::GET)?).await {
+            match connection.send(endpoint.request(Method::GET)).await {
                 Err(Failure::Closed) => {}
                 result => {
                     *kept = connection.reusable(&result);
@@ -281,7 +291,7 @@ pub async fn get_reusing(
             }
         }
         let mut connection = Connection::open(endpoint).await?;
-        let result = connection.send(endpoint.request(Method::GET)?).await;
+        let result = connection.send(endpoint.request(Method::GET)).await;
         *kept = connection.reusable(&result);
         result
     };
@@ -291,17 +301,21 @@ pub async fn get_reusing(
 }
 
 impl Endpoint {
-    fn request(&self, method: Method) -> Result<Request<Empty<Bytes>>, Failure> {
+    fn request(&self, method: Method) -> Request<Empty<Bytes>> {
         let post = method == Method::POST;
-        let mut request = Request::builder()
-            .method(method)
-            .uri(self.path.as_str())
-            .header(header::HOST, self.authority.as_str())
-            .header(header::USER_AGENT, concat!("meshwrap/", env!("CARGO_PKG_VERSION")));
+        let mut request = Request::new(Empty::new());
+        *request.method_mut() = method;
+        *request.uri_mut() = self.target.clone();
+        let headers = request.headers_mut();
+        headers.insert(header::HOST, self.host_header.clone());
+        headers.insert(
+            header::USER_AGENT,
+            HeaderValue::from_static(concat!("meshwrap/", env!("CARGO_PKG_VERSION"))),
+        );
         if post {
-            request = request.header(header::CONTENT_LENGTH, "0");
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
         }
-        request.body(Empty::new()).map_err(|e| Failure::Io(io::Error::other(e)))
+        request
     }
 }
 
