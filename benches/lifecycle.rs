@@ -154,21 +154,24 @@ impl Sidecar {
         let accepting = now_ns();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let (ready, requests, quit_at) = (self.ready.clone(), self.requests.clone(), self.quit_at.clone());
-        let handle = thread::spawn(move || {
-            for conn in listener.incoming() {
-                if stop.load(Ordering::SeqCst) {
-                    return;
-                }
-                let Ok(mut conn) = conn else { continue };
-                let (ready, requests, quit_at) = (ready.clone(), requests.clone(), quit_at.clone());
-                // Connections stay open between requests, as Go's and Envoy's servers keep them.
-                thread::spawn(move || {
+        // Connections stay open between requests, as Go's and Envoy's servers
+        // keep them, and are served by threads started beforehand: a thread
+        // created per connection would put its start-up into meshwrap's figures.
+        let (queue, connections) = std::sync::mpsc::channel::<TcpStream>();
+        let connections = Arc::new(Mutex::new(connections));
+        for _ in 0..4 {
+            let connections = connections.clone();
+            let (ready, requests, quit_at) = (self.ready.clone(), self.requests.clone(), self.quit_at.clone());
+            thread::spawn(move || {
+                loop {
+                    let Ok(mut conn) = connections.lock().unwrap().recv() else {
+                        return;
+                    };
                     loop {
                         let line = http::read_request_line(&mut conn);
                         if line.is_empty() {
                             // Closed: a connect-and-close probe (meshwrap's check of a refusing port) or the client is done.
-                            return;
+                            break;
                         }
                         let at = now_ns();
                         requests.fetch_add(1, Ordering::SeqCst);
@@ -182,7 +185,17 @@ impl Sidecar {
                         };
                         http::respond_with(&mut conn, status, b"", false);
                     }
-                });
+                }
+            });
+        }
+        let handle = thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                if let Ok(conn) = conn {
+                    let _ = queue.send(conn);
+                }
             }
         });
         *self.listening.lock().unwrap() = Some((flag, handle));

@@ -14,6 +14,7 @@
 //! 128+n for a signal, 126/127 when it could not be started, 125 for
 //! meshwrap's own failures.
 
+pub mod alloc;
 pub mod cli;
 pub mod duration;
 pub mod install;
