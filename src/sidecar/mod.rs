@@ -12,6 +12,7 @@ pub mod pod;
 pub mod preset;
 pub mod quit;
 pub mod ready;
+mod timer;
 
 pub use http::Endpoint;
 

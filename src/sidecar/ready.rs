@@ -27,6 +27,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::http::{self, Endpoint, Failure};
+use super::timer::Timer;
 use crate::log;
 
 /// The shortest interval.
@@ -63,6 +64,7 @@ async fn wait_one(endpoint: &Endpoint, request_timeout: Duration) -> u32 {
     let mut seen = Seen::Nothing;
     let mut since = Instant::now();
     let mut kept = None;
+    let mut timer = Timer::new();
     loop {
         polls += 1;
         let started = Instant::now();
@@ -103,7 +105,9 @@ async fn wait_one(endpoint: &Endpoint, request_timeout: Duration) -> u32 {
         // A poll that took long (a hanging endpoint) already waited; never poll
         // back-to-back, though, so a fast-failing answer cannot spin the CPU.
         let waited = started.elapsed();
-        tokio::time::sleep(delay.saturating_sub(waited).max(Duration::from_millis(1))).await;
+        timer
+            .sleep(delay.saturating_sub(waited).max(Duration::from_millis(1)))
+            .await;
     }
 }
 
