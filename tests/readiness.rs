@@ -231,3 +231,34 @@ fn a_sidecar_that_closes_connections_is_polled_on_new_ones() {
         assert_eq!(sidecar.connections_used(), 4, "{connections:?}");
     }
 }
+
+#[test]
+fn a_body_that_trails_its_head_does_not_hold_up_the_command() {
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_ready(&[Reply::HeldBody(200)]);
+    let mut mw = wrapped(&sidecar).args(["--quit-policy", "never"]).args(MARKER).spawn();
+    // The fake holds the body back until the command has started: the status
+    // line is the answer.
+    mw.wait_stdout("started");
+    sidecar.release_bodies();
+    mw.finish().assert_code(0);
+}
+
+#[test]
+fn polls_are_paced_by_the_schedule() {
+    // 503 for the whole 1 s wait: the schedule (5 ms, then 1 ms more per 32 ms)
+    // sends about 63 polls. A timer that never fired would send 1, one that
+    // fired at once up to 1000 (the 1 ms floor); generous bounds for a busy CI.
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_ready(&[Reply::Status(503)]);
+    let run = wrapped(&sidecar)
+        .args(["--timeout", "1s", "--quit-policy", "never"])
+        .args(MARKER)
+        .run();
+    run.assert_code(125);
+    let polls = sidecar.polls();
+    run.check(
+        (40..=80).contains(&polls),
+        &format!("{polls} polls in 1 s, expected about 63"),
+    );
+}

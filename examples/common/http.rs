@@ -32,13 +32,17 @@ pub fn respond(stream: &mut TcpStream, status: &str, body: &[u8]) {
 /// Answers `status` with `body`; without `close` the connection stays open for
 /// the next request (HTTP/1.1's default, what Go's and Envoy's servers do).
 pub fn respond_with(stream: &mut TcpStream, status: &str, body: &[u8], close: bool) {
+    let mut response = head(status, body.len(), close).into_bytes();
+    response.extend_from_slice(body);
+    // One write, as Go's and Envoy's servers send a small answer: a body in a
+    // second write would wait for the client's delayed ACK (Nagle).
+    let _ = stream.write_all(&response);
+}
+
+/// A response head announcing a body of `length` bytes.
+pub fn head(status: &str, length: usize, close: bool) -> String {
     let connection = if close { "connection: close\r\n" } else { "" };
-    let head = format!(
-        "HTTP/1.1 {status}\r\ncontent-length: {}\r\n{connection}\r\n",
-        body.len()
-    );
-    let _ = stream.write_all(head.as_bytes());
-    let _ = stream.write_all(body);
+    format!("HTTP/1.1 {status}\r\ncontent-length: {length}\r\n{connection}\r\n")
 }
 
 /// GETs an `http://IP:PORT/PATH` URL; returns the status code and the body.

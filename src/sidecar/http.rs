@@ -359,19 +359,26 @@ impl Connection {
             .await?
             .map_err(classify)?;
         let status = response.status().as_u16();
-        // Read the body to its end (a few bytes): hyper closes a connection
-        // whose body was dropped before it had all arrived. A broken body does
-        // not unsay the status; it only makes the connection unusable.
+        // The status is the answer; the body (a few bytes) only decides whether
+        // the connection can be reused, because hyper closes one whose body
+        // was dropped unread. So take what has arrived, never wait for more:
+        // a body that trails its head (two writes, Nagle and a delayed ACK:
+        // 40 ms) costs this connection, not the command's start.
         let mut body = response.into_body();
-        loop {
-            match with_driver(driver, ended, poll_fn(|cx| Pin::new(&mut body).poll_frame(cx))).await {
-                Ok(Some(Ok(_))) => {}
-                Ok(None) => break,
-                Ok(Some(Err(_))) | Err(_) => {
-                    *ended = true;
-                    break;
+        let complete = poll_fn(|cx| {
+            loop {
+                // Moves whatever the socket holds into the body first.
+                let _ = drive(driver.as_mut(), ended, cx);
+                match Pin::new(&mut body).poll_frame(cx) {
+                    Poll::Ready(Some(Ok(_))) => {}
+                    Poll::Ready(None) => return Poll::Ready(true),
+                    Poll::Ready(Some(Err(_))) | Poll::Pending => return Poll::Ready(false),
                 }
             }
+        })
+        .await;
+        if !complete {
+            *ended = true;
         }
         Ok(status)
     }

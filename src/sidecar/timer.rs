@@ -83,6 +83,9 @@ async fn expired(fd: &AsyncFd<OwnedFd>) -> io::Result<()> {
         let mut expirations = [0u8; 8];
         // SAFETY: reads at most 8 bytes into an 8-byte buffer.
         let n = unsafe { libc::read(fd.get_ref().as_raw_fd(), expirations.as_mut_ptr().cast(), 8) };
+        // Consumed or not, the next expiry is a new edge: clearing here saves
+        // the next sleep a read that could only say "not yet".
+        ready.clear_ready();
         if n == 8 {
             return Ok(());
         }
@@ -90,7 +93,5 @@ async fn expired(fd: &AsyncFd<OwnedFd>) -> io::Result<()> {
         if error.kind() != io::ErrorKind::WouldBlock {
             return Err(error);
         }
-        // Not yet: a readiness left over from an earlier expiry.
-        ready.clear_ready();
     }
 }

@@ -27,6 +27,9 @@ pub enum Reply {
     Garbage,
     /// Closes the connection without answering.
     Close,
+    /// Sends the head of an answer with this status at once and its body
+    /// only after [`FakeSidecar::release_bodies`].
+    HeldBody(u16),
 }
 
 /// What the fake does with a connection after answering on it.
@@ -68,6 +71,7 @@ struct Shared {
     state: Mutex<State>,
     changed: Condvar,
     closed: AtomicBool,
+    bodies_released: AtomicBool,
 }
 
 #[path = "../../examples/common/http.rs"]
@@ -121,6 +125,7 @@ impl FakeSidecar {
                 state: Mutex::new(state),
                 changed: Condvar::new(),
                 closed: AtomicBool::new(false),
+                bodies_released: AtomicBool::new(false),
             }),
             listener: Mutex::new(None),
         }
@@ -197,6 +202,11 @@ impl FakeSidecar {
         used.sort_unstable();
         used.dedup();
         used.len()
+    }
+
+    /// Lets the bodies of `HeldBody` answers go out.
+    pub fn release_bodies(&self) {
+        self.shared.bodies_released.store(true, Ordering::SeqCst);
     }
 
     pub fn exit_on_quit(&self) {
@@ -345,6 +355,15 @@ fn answer(stream: &mut TcpStream, shared: &Shared, port: u16, id: usize) -> bool
             false
         }
         Reply::Close => false,
+        Reply::HeldBody(code) => {
+            let body = b"held back";
+            let _ = stream.write_all(http::head(&format!("{code} X"), body.len(), close).as_bytes());
+            while !shared.bodies_released.load(Ordering::SeqCst) && !shared.closed.load(Ordering::SeqCst) {
+                thread::sleep(Duration::from_millis(5));
+            }
+            let _ = stream.write_all(body);
+            true
+        }
     };
     if exit_after {
         let _ = stream.shutdown(Shutdown::Both);
