@@ -12,7 +12,7 @@ fn the_command_starts_with_no_blocked_or_ignored_signals() {
     // grep, not the probe: Rust programs ignore SIGPIPE before main runs.
     mw.args(["grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"]);
     // Start meshwrap the way a careless parent would: some signals ignored,
-    // some blocked. SIGTRAP, SIGSYS, 32 and 34 have no handler in meshwrap, so
+    // some blocked. meshwrap installs no handlers (it reads a signalfd), so
     // only the reset in meshwrap's spawn clears them.
     // SAFETY: runs in the forked child before exec; signal and sigprocmask are async-signal-safe.
     unsafe {

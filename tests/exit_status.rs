@@ -1,6 +1,8 @@
 //! meshwrap exits with the command's status: N for exit N, 128+S for signal S,
 //! 127 when the command is missing, 126 when it cannot be executed.
 
+use std::os::unix::process::CommandExt;
+
 use crate::support::*;
 
 #[test]
@@ -64,4 +66,21 @@ pub fn tempdir() -> std::path::PathBuf {
     ));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+#[test]
+fn a_parent_that_ignores_sigchld_does_not_cost_the_exit_status() {
+    // An ignored SIGCHLD survives exec, and with it the kernel reaps children
+    // itself: the command's status would be gone before meshwrap asked.
+    let sidecar = FakeSidecar::ready();
+    let mut mw = wrapped(&sidecar);
+    mw.args(["sh", "-c", "exit 7"]);
+    // SAFETY: runs in the forked child before exec; signal is async-signal-safe.
+    unsafe {
+        mw.command().pre_exec(|| {
+            libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    mw.run().assert_code(7);
 }

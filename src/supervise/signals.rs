@@ -73,6 +73,10 @@ fn received() -> libc::sigset_t {
 /// Blocks SIGCHLD and every forwardable signal, and unblocks everything else
 /// a parent may have blocked. Call before any thread exists.
 pub fn block() -> io::Result<()> {
+    // An ignored SIGCHLD survives exec and makes the kernel reap children
+    // itself, status and all; blocking does not stop that, the default does.
+    // SAFETY: signal takes plain integers; SIG_DFL installs no handler.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
     let set = received();
     // SAFETY: `set` is a valid, initialised sigset_t.
     match unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) } {
