@@ -541,7 +541,7 @@ impl Bench {
                     .map(|_| {
                         let sidecar = Sidecar::new();
                         if !refused {
-                            let _ = sidecar.listen();
+                            sidecar.listen();
                         }
                         let mut r = start(wrapper, &[&sidecar], "run", &[]);
                         thread::sleep(delay());

@@ -182,9 +182,10 @@ fn the_ready_log_line_counts_polls() {
     run.assert_code(0).assert_stderr_has("polls=3");
 }
 
-#[test]
-fn polls_reuse_the_connection_the_sidecar_keeps_open() {
+/// Three 503s, then 200, from a fake that treats connections as told.
+fn four_polls(connections: Connections) -> (FakeSidecar, Run) {
     let sidecar = FakeSidecar::ready();
+    sidecar.set_connections(connections);
     sidecar.set_ready(&[
         Reply::Status(503),
         Reply::Status(503),
@@ -195,6 +196,12 @@ fn polls_reuse_the_connection_the_sidecar_keeps_open() {
         .args(["-v", "--quit-policy", "never"])
         .args(MARKER)
         .run();
+    (sidecar, run)
+}
+
+#[test]
+fn polls_reuse_the_connection_the_sidecar_keeps_open() {
+    let (sidecar, run) = four_polls(Connections::KeepAlive);
     run.assert_code(0).assert_stdout("started\n");
     assert_eq!(sidecar.polls(), 4);
     run.check(
@@ -210,18 +217,7 @@ fn polls_reuse_the_connection_the_sidecar_keeps_open() {
 #[test]
 fn a_sidecar_that_closes_connections_is_polled_on_new_ones() {
     for connections in [Connections::CloseEach, Connections::DropIdle] {
-        let sidecar = FakeSidecar::ready();
-        sidecar.set_connections(connections);
-        sidecar.set_ready(&[
-            Reply::Status(503),
-            Reply::Status(503),
-            Reply::Status(503),
-            Reply::Status(200),
-        ]);
-        let run = wrapped(&sidecar)
-            .args(["-v", "--quit-policy", "never"])
-            .args(MARKER)
-            .run();
+        let (sidecar, run) = four_polls(connections);
         // A kept connection found closed is replaced within the same poll, not
         // reported as a failed one.
         run.assert_code(0)

@@ -37,11 +37,10 @@ pub struct Endpoint {
     pub url: String,
     host: Host,
     port: u16,
-    /// `host[:port]`, sent as the Host header.
+    /// `host[:port]`, as written.
     authority: String,
-    path: String,
-    /// The request target and Host header, parsed once: a readiness poll
-    /// repeats them hundreds of times.
+    /// The request target (path and query) and Host header, parsed once: a
+    /// readiness poll repeats them hundreds of times.
     target: Uri,
     host_header: HeaderValue,
 }
@@ -98,7 +97,6 @@ impl Endpoint {
             host,
             port,
             authority: authority.to_string(),
-            path,
             target,
             host_header,
         })
@@ -260,13 +258,11 @@ fn connect_refused(addr: SocketAddr) -> bool {
 /// Sends one request with an empty body on a new connection; returns the
 /// response status code.
 pub async fn request(endpoint: &Endpoint, method: Method, timeout: Duration) -> Result<u16, Failure> {
-    let exchange = async {
+    within(timeout, async {
         let request = endpoint.request(method);
         Connection::open(endpoint).await?.send(request).await
-    };
-    tokio::time::timeout(timeout, exchange)
-        .await
-        .unwrap_or(Err(Failure::TimedOut))
+    })
+    .await
 }
 
 /// GETs the endpoint on `kept`'s connection if the sidecar has kept it open,
@@ -280,7 +276,7 @@ pub async fn get_reusing(
     timeout: Duration,
     kept: &mut Option<Connection>,
 ) -> Result<u16, Failure> {
-    let exchange = async {
+    within(timeout, async {
         if let Some(mut connection) = kept.take() {
             match connection.send(endpoint.request(Method::GET)).await {
                 Err(Failure::Closed) => {}
@@ -294,7 +290,12 @@ pub async fn get_reusing(
         let result = connection.send(endpoint.request(Method::GET)).await;
         *kept = connection.reusable(&result);
         result
-    };
+    })
+    .await
+}
+
+/// `exchange`, or `TimedOut` once `timeout` has passed.
+async fn within<T>(timeout: Duration, exchange: impl Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
     tokio::time::timeout(timeout, exchange)
         .await
         .unwrap_or(Err(Failure::TimedOut))
@@ -428,10 +429,7 @@ fn drive(driver: Pin<&mut Driver>, ended: &mut bool, cx: &mut Context<'_>) -> Po
 
 /// Opens (and drops) a connection, bounded by `timeout`: whether anything listens.
 pub async fn connect_within(endpoint: &Endpoint, timeout: Duration) -> Result<(), Failure> {
-    match tokio::time::timeout(timeout, connect(endpoint)).await {
-        Ok(result) => result.map(drop),
-        Err(_) => Err(Failure::TimedOut),
-    }
+    within(timeout, connect(endpoint)).await.map(drop)
 }
 
 async fn connect(endpoint: &Endpoint) -> Result<TcpStream, Failure> {
@@ -473,7 +471,7 @@ mod tests {
     fn parses_what_sidecars_use() {
         let e = Endpoint::parse("http://127.0.0.1:15021/healthz/ready").unwrap();
         assert_eq!(
-            (e.host.clone(), e.port, e.path.as_str()),
+            (e.host.clone(), e.port, e.target.to_string().as_str()),
             (Host::Ip([127, 0, 0, 1].into()), 15021, "/healthz/ready")
         );
         let e = Endpoint::parse("http://[::1]:15020/quitquitquit").unwrap();
@@ -483,11 +481,11 @@ mod tests {
         );
         let e = Endpoint::parse("http://LocalHost").unwrap();
         assert_eq!(
-            (e.host, e.port, e.path.as_str()),
+            (e.host, e.port, e.target.to_string().as_str()),
             (Host::Name("localhost".into()), 80, "/")
         );
         let e = Endpoint::parse("http://h:1?x=1").unwrap();
-        assert_eq!(e.path, "/?x=1");
+        assert_eq!(e.target, "/?x=1");
     }
 
     #[test]

@@ -64,7 +64,8 @@ async fn wait_one(endpoint: &Endpoint, request_timeout: Duration) -> u32 {
     let mut seen = Seen::Nothing;
     let mut since = Instant::now();
     let mut kept = None;
-    let mut timer = Timer::new();
+    // Made at the first sleep: most waits end at their first poll.
+    let mut timer: Option<Timer> = None;
     loop {
         polls += 1;
         let started = Instant::now();
@@ -106,6 +107,7 @@ async fn wait_one(endpoint: &Endpoint, request_timeout: Duration) -> u32 {
         // back-to-back, though, so a fast-failing answer cannot spin the CPU.
         let waited = started.elapsed();
         timer
+            .get_or_insert_with(Timer::new)
             .sleep(delay.saturating_sub(waited).max(Duration::from_millis(1)))
             .await;
     }

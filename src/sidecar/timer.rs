@@ -39,12 +39,6 @@ impl Timer {
     }
 }
 
-impl Default for Timer {
-    fn default() -> Self {
-        Timer::new()
-    }
-}
-
 fn timerfd() -> io::Result<AsyncFd<OwnedFd>> {
     // SAFETY: timerfd_create takes plain integers and returns a new descriptor or -1.
     let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };

@@ -89,6 +89,8 @@ pub struct Signals {
     fd: AsyncFd<OwnedFd>,
     /// Signals read but not yet handed out (one read may return several).
     pending: VecDeque<c_int>,
+    /// meshwrap's pid, the sender the kernel names for signals it raises for us.
+    me: u32,
 }
 
 impl Signals {
@@ -108,6 +110,7 @@ impl Signals {
         Ok(Signals {
             fd,
             pending: VecDeque::new(),
+            me: std::process::id(),
         })
     }
 
@@ -123,13 +126,13 @@ impl Signals {
             };
             // Reading until WouldBlock clears the readiness; a signalfd read
             // cannot fail otherwise with a buffer this size.
-            let _ = ready.try_io(|fd| read_signals(fd.get_ref().as_raw_fd(), &mut self.pending));
+            let _ = ready.try_io(|fd| read_signals(fd.get_ref().as_raw_fd(), self.me, &mut self.pending));
         }
     }
 }
 
 /// Reads every queued signal into `into`; WouldBlock when none is left.
-fn read_signals(fd: c_int, into: &mut VecDeque<c_int>) -> io::Result<()> {
+fn read_signals(fd: c_int, me: u32, into: &mut VecDeque<c_int>) -> io::Result<()> {
     // SAFETY: an all-zero signalfd_siginfo is a valid value of this plain struct.
     let mut infos: [libc::signalfd_siginfo; 16] = unsafe { std::mem::zeroed() };
     // SAFETY: the buffer is valid for writes of its full size.
@@ -138,8 +141,6 @@ fn read_signals(fd: c_int, into: &mut VecDeque<c_int>) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     let count = n as usize / size_of::<libc::signalfd_siginfo>();
-    // SAFETY: getpid cannot fail.
-    let me = unsafe { libc::getpid() } as u32;
     for info in &infos[..count] {
         let sig = info.ssi_signo as c_int;
         // The kernel raises SIGPIPE for a write of meshwrap's own to a closed pipe

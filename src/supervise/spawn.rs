@@ -159,9 +159,7 @@ fn fork_spawn(command: &[OsString]) -> Result<pid_t, SpawnError> {
             // A background group calling tcsetpgrp gets SIGTTOU unless it is ignored.
             libc::signal(libc::SIGTTOU, libc::SIG_IGN);
             libc::tcsetpgrp(0, libc::getpid());
-            reset_dispositions();
-            // std does not reset the mask in every version; do not rely on it.
-            signals::unblock_all()
+            clean_signal_state()
         });
     }
     // The std handle is dropped without waiting: the reaper owns the status.
@@ -179,12 +177,17 @@ pub fn exec(command: &[OsString]) -> SpawnError {
     // SAFETY: the hook runs just before execve, in this process, and makes only
     // async-signal-safe calls (rt_sigaction, pthread_sigmask).
     unsafe {
-        cmd.pre_exec(|| {
-            reset_dispositions();
-            signals::unblock_all()
-        });
+        cmd.pre_exec(clean_signal_state);
     }
     SpawnError::new(cmd.exec())
+}
+
+/// Every disposition at default and nothing blocked, just before exec.
+/// Async-signal-safe.
+fn clean_signal_state() -> io::Result<()> {
+    reset_dispositions();
+    // std does not reset the mask in every version; do not rely on it.
+    signals::unblock_all()
 }
 
 /// Sets every signal's disposition to default, in the forked child.
