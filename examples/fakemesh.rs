@@ -9,9 +9,18 @@
 //!   then listens on 15001 and forwards every redirected connection to its
 //!   original destination (`SO_ORIGINAL_DST`), answers `GET :15021/healthz/ready`
 //!   with 200, and answers `POST :15020/quitquitquit` with `200 OK` and exits 0.
+//!   `fakemesh sidecar UID DELAY_MS QUIT_MS`: a sidecar that takes QUIT_MS to
+//!   answer a quit and exit (a proxy draining its connections); every quit it
+//!   receives meanwhile is printed.
 //! - `fakemesh serve ADDR BYTES`: the remote host: answers every request with BYTES bytes.
 //! - `fakemesh fetch URL CODE`: the app: downloads URL and exits CODE, or 1 if
 //!   the download failed.
+//! - `fakemesh container COMMAND...`: the container runtime: runs COMMAND as
+//!   PID 1 of new PID and mount namespaces with their own /proc, and exits
+//!   with the code the kubelet reports for the container (128+N when signal N
+//!   killed it). util-linux's `unshare --fork` cannot report a signal death
+//!   (2.38 exits 1 with "sigprocmask unblock failed"). COMMAND is killed if
+//!   the runtime dies.
 //! - `fakemesh worker LISTEN PEER_URL`: a TFJob worker: serves its shard on
 //!   LISTEN, fetches its peer's (retrying while the peer is not up, for up to
 //!   10 s), and exits 0 once it has both reached its peer and been reached.
@@ -37,13 +46,23 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match args.as_slice() {
-        ["sidecar", uid, delay] => sidecar(uid.parse().unwrap(), Duration::from_millis(delay.parse().unwrap())),
+        ["sidecar", uid, delay] => sidecar(
+            uid.parse().unwrap(),
+            Duration::from_millis(delay.parse().unwrap()),
+            Duration::ZERO,
+        ),
+        ["sidecar", uid, delay, quit] => sidecar(
+            uid.parse().unwrap(),
+            Duration::from_millis(delay.parse().unwrap()),
+            Duration::from_millis(quit.parse().unwrap()),
+        ),
         ["serve", addr, bytes] => serve(addr, bytes.parse().unwrap()),
         ["fetch", url, code] => std::process::exit(fetch_main(url, code.parse().unwrap())),
         ["worker", listen, peer] => std::process::exit(worker(listen, peer)),
+        ["container", command @ ..] if !command.is_empty() => std::process::exit(container(command)),
         _ => {
             eprintln!(
-                "usage: fakemesh sidecar UID DELAY_MS | serve ADDR BYTES | fetch URL CODE | worker LISTEN PEER_URL"
+                "usage: fakemesh sidecar UID DELAY_MS [QUIT_MS] | serve ADDR BYTES | fetch URL CODE | worker LISTEN PEER_URL | container COMMAND..."
             );
             std::process::exit(2);
         }
@@ -56,7 +75,7 @@ fn say(line: &str) {
     let _ = out.flush();
 }
 
-fn sidecar(uid: u32, delay: Duration) {
+fn sidecar(uid: u32, delay: Duration, quit_takes: Duration) {
     // SAFETY: setgid/setuid take plain integers; the group goes first, while still root.
     unsafe {
         assert_eq!(libc::setgid(uid), 0, "setgid");
@@ -85,10 +104,20 @@ fn sidecar(uid: u32, delay: Duration) {
     });
     for mut conn in admin.incoming().flatten() {
         let line = read_head(&mut conn);
-        if line.starts_with("POST /quitquitquit ") {
+        if line.starts_with("POST /quitquitquit ") && quit_takes.is_zero() {
             respond(&mut conn, "200 OK", b"OK");
             say("sidecar: quit received, exiting");
             std::process::exit(0);
+        }
+        if line.starts_with("POST /quitquitquit ") {
+            say("sidecar: quit received, draining");
+            thread::spawn(move || {
+                thread::sleep(quit_takes);
+                respond(&mut conn, "200 OK", b"OK");
+                say("sidecar: drained, exiting");
+                std::process::exit(0);
+            });
+            continue;
         }
         respond(&mut conn, "405 Method Not Allowed", b"");
     }
@@ -194,4 +223,41 @@ fn worker(listen: &str, peer: &str) -> i32 {
     }
     say("worker: done");
     0
+}
+
+fn container(command: &[&str]) -> i32 {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: plain syscalls; this process has one thread, so the child may
+    // run any code between fork and exec; every pointer is a live C string.
+    unsafe {
+        assert_eq!(libc::unshare(libc::CLONE_NEWPID | libc::CLONE_NEWNS), 0, "unshare");
+        // The new /proc stays inside the new mount namespace.
+        let none = c"none".as_ptr();
+        let flags = libc::MS_REC | libc::MS_PRIVATE;
+        assert_eq!(
+            libc::mount(none, c"/".as_ptr(), std::ptr::null(), flags, std::ptr::null()),
+            0
+        );
+        match libc::fork() {
+            0 => {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                let proc_ = c"proc".as_ptr();
+                let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+                libc::mount(proc_, c"/proc".as_ptr(), proc_, flags, std::ptr::null());
+                let error = std::process::Command::new(command[0]).args(&command[1..]).exec();
+                eprintln!("container: cannot start {}: {error}", command[0]);
+                libc::_exit(127);
+            }
+            -1 => panic!("fork failed"),
+            pid => {
+                let mut status = 0;
+                while libc::waitpid(pid, &mut status, 0) < 0 {}
+                if libc::WIFEXITED(status) {
+                    libc::WEXITSTATUS(status)
+                } else {
+                    128 + libc::WTERMSIG(status)
+                }
+            }
+        }
+    }
 }

@@ -10,6 +10,9 @@
 //!   and prints `reaped N` once none of them is left as a zombie (or `zombies
 //!   K` after 10 s); then prints `ppid P` and waits for a line on stdin.
 //!
+//! - `probe hog`: prints `hogging`, then allocates and touches memory 16 MiB
+//!   at a time until the kernel kills it (an OOM kill under a memory limit).
+//!
 //! It blocks signals and takes them with `sigwaitinfo` instead of installing
 //! handlers, so no signal can arrive before it is ready to report it.
 
@@ -23,8 +26,9 @@ fn main() {
         ["signals"] => signals(""),
         ["signals", "--fork"] => fork_signals(),
         ["orphans", n] => orphans(n.parse().expect("orphans N")),
+        ["hog"] => hog(),
         _ => {
-            eprintln!("usage: probe signals [--fork] | orphans N");
+            eprintln!("usage: probe signals [--fork] | orphans N | hog");
             std::process::exit(2);
         }
     }
@@ -151,4 +155,17 @@ fn orphans(n: usize) {
     // SAFETY: getppid cannot fail.
     say(&format!("ppid {}", unsafe { libc::getppid() }));
     let _ = std::io::stdin().lock().lines().next();
+}
+
+fn hog() {
+    say("hogging");
+    let mut held: Vec<Vec<u8>> = Vec::new();
+    loop {
+        // Touched, not just reserved, so the pages count against the limit.
+        held.push(vec![1u8; 16 << 20]);
+        if held.len() % 64 == 0 {
+            // 1 GiB and still alive: no memory limit applies, keep going slowly.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }

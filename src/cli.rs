@@ -25,6 +25,17 @@ use crate::supervise::ForwardTo;
 pub const DEFAULT_READY_URL: &str = "http://127.0.0.1:15021/healthz/ready";
 pub const DEFAULT_QUIT_URL: &str = "http://127.0.0.1:15020/quitquitquit";
 
+const GUARD_ABOUT: &str = "\
+Run beside a wrapped container, in a container of its own: if the kernel kills
+meshwrap together with its command (an OOM group kill), quit the sidecar in its
+place, so the pod completes. Give it the wrapped meshwrap's options and the same
+--guard-dir; it ignores those that only concern the command.";
+
+const GUARD_AFTER_HELP: &str = "\
+Exit status:
+  0      in every handled case (a non-zero guard would fail a succeeded pod)
+  125    bad usage";
+
 const AFTER_HELP: &str = "\
 Example:
   meshwrap -- python train.py --epochs 10
@@ -206,6 +217,31 @@ struct Args {
     #[arg(short, long)]
     verbose: bool,
 
+    /// A directory shared with `meshwrap guard` in another container of the
+    /// pod (a small emptyDir): meshwrap locks it and records its run there, so
+    /// the guard can quit the sidecar if the kernel kills meshwrap with the
+    /// command (an OOM group kill).
+    #[arg(
+        long = "guard-dir",
+        allow_hyphen_values = true,
+        value_name = "DIR",
+        env = "MESHWRAP_GUARD_DIR"
+    )]
+    guard_dir: Option<String>,
+
+    /// meshwrap guard only: how long to wait for meshwrap's first run (or a
+    /// restarted container's next one) before giving up; then, with
+    /// --quit-policy always, quit the sidecar so the pod can complete. 0 means
+    /// no bound. meshwrap itself ignores it, so both can share one option list.
+    #[arg(
+        long = "start-timeout",
+        allow_hyphen_values = true,
+        value_name = "DURATION",
+        env = "MESHWRAP_START_TIMEOUT",
+        default_value = "1h"
+    )]
+    start_timeout: String,
+
     /// Print the resolved settings, each with where it came from, and exit
     /// without waiting or running anything.
     #[arg(long)]
@@ -259,7 +295,20 @@ pub struct Config {
     pub forward_to: ForwardTo,
     pub log_format: Format,
     pub log_level: Level,
+    /// `--guard-dir`: where meshwrap and its guard meet.
+    pub guard_dir: Option<PathBuf>,
+    /// The guard's bound on waiting for a run to start; `None`: no bound.
+    pub start_timeout: Option<Duration>,
     pub command: Vec<OsString>,
+}
+
+/// Which program the command line is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// `meshwrap [OPTIONS] -- COMMAND`
+    Wrap,
+    /// `meshwrap guard [OPTIONS]`: the same options, no command.
+    Guard,
 }
 
 /// What the command line asks for.
@@ -272,8 +321,16 @@ pub enum Parsed {
 }
 
 /// Parses and checks the command line and environment.
-pub fn parse(args: impl IntoIterator<Item = OsString>) -> Parsed {
-    let matches = match Args::command().try_get_matches_from(args) {
+pub fn parse(args: impl IntoIterator<Item = OsString>, mode: Mode) -> Parsed {
+    let command = match mode {
+        Mode::Wrap => Args::command(),
+        Mode::Guard => Args::command()
+            .name("meshwrap guard")
+            .override_usage("meshwrap guard --guard-dir DIR [OPTIONS]")
+            .about(GUARD_ABOUT)
+            .after_help(GUARD_AFTER_HELP),
+    };
+    let matches = match command.try_get_matches_from(args) {
         Ok(matches) => matches,
         Err(e) => {
             use clap::error::ErrorKind;
@@ -289,6 +346,17 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Parsed {
     };
     match resolve(&args, &matches) {
         Ok((_, explained)) if args.explain => Parsed::Print(explain(&explained)),
+        Ok((config, _)) if mode == Mode::Guard => match (&config.guard_dir, config.command.first()) {
+            (None, _) => Parsed::Invalid(
+                "meshwrap guard needs --guard-dir DIR (or MESHWRAP_GUARD_DIR): the directory shared with the wrapped meshwrap"
+                    .into(),
+            ),
+            (_, Some(arg)) => Parsed::Invalid(format!(
+                "meshwrap guard takes no COMMAND, but got '{}': give it meshwrap's options only",
+                arg.to_string_lossy()
+            )),
+            (Some(_), None) => Parsed::Run(config),
+        },
         Ok((config, _)) if config.command.is_empty() => {
             Parsed::Invalid("missing COMMAND: usage: meshwrap [OPTIONS] [--] <COMMAND> [ARG]...".into())
         }
@@ -687,6 +755,21 @@ fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, Explained), Str
             ]),
         )?
     };
+    let guard_dir = match &args.guard_dir {
+        Some(raw) => Some(r.one(
+            ("guard_dir", "--guard-dir", "MESHWRAP_GUARD_DIR"),
+            raw,
+            "a directory path",
+            |raw| (!raw.is_empty()).then(|| PathBuf::from(raw)),
+        )?),
+        None => None,
+    };
+    let start_timeout = r.one(
+        ("start_timeout", "--start-timeout", "MESHWRAP_START_TIMEOUT"),
+        &args.start_timeout,
+        &format!("{} (0 for no bound)", duration::ACCEPTS),
+        duration::parse,
+    )?;
     let command = args.command.clone();
     let shown: Vec<String> = command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
     let shown = if shown.is_empty() {
@@ -713,6 +796,8 @@ fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, Explained), Str
         forward_to,
         log_format,
         log_level,
+        guard_dir,
+        start_timeout: Some(start_timeout).filter(|t| !t.is_zero()),
         command,
     };
     Ok((config, r.explain))

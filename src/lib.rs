@@ -4,7 +4,9 @@
 //! from a signalfd (before anything else, since PID 1 keeps only the signals
 //! it handles or blocks); parse
 //! the flags and variables into a [`cli::Config`]; read the pod's annotations
-//! to drop sidecars the pod does not have and the quit of native ones; poll the sidecar's ready
+//! to drop sidecars the pod does not have and the quit of native ones; with
+//! `--guard-dir`, lock the directory shared with `meshwrap guard` and record
+//! each phase of the run there; poll the sidecar's ready
 //! URLs until each answers 2xx, stopping early on `--timeout` or on TERM, INT,
 //! HUP or QUIT; spawn the command in its own process group and, until it ends,
 //! forward every signal to it and reap every zombie (meshwrap is often PID 1),
@@ -12,11 +14,14 @@
 //! then POST the sidecar's quit URLs once, as `--quit-policy` says, on every
 //! path that follows a successful parse; and exit with the command's status,
 //! 128+n for a signal, 126/127 when it could not be started, 125 for
-//! meshwrap's own failures.
+//! meshwrap's own failures. `meshwrap guard`, in a container of its own,
+//! waits for that run to end and quits the sidecar only if meshwrap was
+//! killed before it could ([`guard`]).
 
 pub mod alloc;
 pub mod cli;
 pub mod duration;
+pub mod guard;
 pub mod install;
 pub mod log;
 pub mod scuttle;
@@ -26,7 +31,8 @@ pub mod supervise;
 use std::ffi::OsString;
 use std::time::Instant;
 
-use cli::{Config, OnTimeout, Parsed, QuitPolicy};
+use cli::{Config, Mode, OnTimeout, Parsed, QuitPolicy};
+use guard::{Hold, Quit};
 use supervise::{Signals, signals};
 
 /// meshwrap's own failures: bad usage, sidecar not ready, internal errors.
@@ -40,6 +46,14 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
     if args.get(1).is_some_and(|a| a == "install") {
         return install::main(&args[2..]);
     }
+    // `meshwrap guard [OPTIONS]`, likewise only as the first argument.
+    let (mode, args) = match args.split_first() {
+        Some((program, rest)) if rest.first().is_some_and(|a| a == "guard") => {
+            let args = std::iter::once(program.clone()).chain(rest[1..].iter().cloned());
+            (Mode::Guard, args.collect())
+        }
+        _ => (Mode::Wrap, args),
+    };
     // Before the runtime: every thread must inherit the mask (see `signals`).
     if let Err(e) = signals::block() {
         return internal_error("cannot block signals", e);
@@ -53,7 +67,8 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
             Ok(signals) => signals,
             Err(e) => return internal_error("cannot open a signalfd", e),
         };
-        match cli::parse(args) {
+        match cli::parse(args, mode) {
+            Parsed::Run(config) if mode == Mode::Guard => guard(&config, &mut signals).await,
             Parsed::Run(config) => run(&config, &mut signals).await,
             Parsed::Print(text) => {
                 print!("{text}");
@@ -90,6 +105,16 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
         );
         return EXIT_MESHWRAP_FAILED;
     }
+    let mut hold = match &config.guard_dir {
+        Some(dir) => match Hold::take(dir, config.quit_policy) {
+            Ok(hold) => Some(hold),
+            Err(line) => {
+                eprintln!("meshwrap: {line}");
+                return EXIT_MESHWRAP_FAILED;
+            }
+        },
+        None => None,
+    };
     if let Err(e) = supervise::reaper::become_subreaper() {
         log!(
             Warn,
@@ -115,7 +140,7 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
                     Error,
                     "sidecar not ready in time; not running the command (--on-timeout fail)"
                 );
-                quit_sidecars(config, &plan.quit, false, false).await;
+                quit_sidecars(config, &plan.quit, EXIT_MESHWRAP_FAILED, false, &mut hold).await;
                 return EXIT_MESHWRAP_FAILED;
             }
             Waited::Interrupted(sig) => {
@@ -124,8 +149,9 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
                     "interrupted while waiting for the sidecar; not running the command",
                     signal = &signals::name(sig)
                 );
-                quit_sidecars(config, &plan.quit, false, false).await;
-                return supervise::Status::Signaled(sig).exit_code();
+                let code = supervise::Status::Signaled(sig).exit_code();
+                quit_sidecars(config, &plan.quit, code, false, &mut hold).await;
+                return code;
             }
         }
     } else {
@@ -133,6 +159,11 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
     }
 
     if config.exec {
+        // The lock is released at the exec (close-on-exec), so the guard
+        // learns now that this run needs no quit.
+        if let Some(hold) = &mut hold {
+            hold.done(None, Quit::Skipped);
+        }
         // Only returns if the command could not be executed.
         log!(Info, "replacing meshwrap with the command (--exec)");
         let e = supervise::exec(&config.command);
@@ -144,12 +175,74 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
         );
         return e.code;
     }
+    if let Some(hold) = &mut hold {
+        hold.running(seen_ready);
+    }
     let code = run_command(config, signals).await;
     if quitting(config, &plan.quit, code == 0) {
         quit_delay(config, signals).await;
     }
-    quit_sidecars(config, &plan.quit, code == 0, seen_ready).await;
+    quit_sidecars(config, &plan.quit, code, seen_ready, &mut hold).await;
     code
+}
+
+/// `meshwrap guard`: waits for the wrapped meshwrap's run to end, and quits
+/// the sidecar only when meshwrap could not (it was killed with its command,
+/// or never started). Exits 0 in every case it handles: a non-zero guard
+/// would turn a succeeded pod into a failed one.
+pub async fn guard(config: &Config, signals: &mut Signals) -> u8 {
+    log::init(config.log_level, config.log_format);
+    let Some(dir) = &config.guard_dir else {
+        return EXIT_MESHWRAP_FAILED;
+    };
+    let plan = sidecar::plan(
+        &config.ready_urls,
+        &config.quit_urls,
+        config.native,
+        &config.pod_annotations,
+    );
+    if plan.quit.is_empty() {
+        log!(
+            Info,
+            "guard: no sidecar for meshwrap to quit in this pod; nothing to guard"
+        );
+        return 0;
+    }
+    if config.quit_policy == QuitPolicy::Never {
+        log!(Info, "guard: --quit-policy never; nothing to guard");
+        return 0;
+    }
+    log!(Info, "guard: watching meshwrap's run", dir = &dir.display().to_string());
+    match guard::watch::watch(dir, config.quit_policy, config.start_timeout, signals).await {
+        Ok(guard::watch::Outcome::Nothing) => {}
+        Ok(guard::watch::Outcome::Quit { seen_ready }) => {
+            let quit = sidecar::quit::quit_all(
+                &plan.quit,
+                config.quit_timeout,
+                config.request_timeout,
+                seen_ready,
+                false,
+            );
+            quit.await;
+        }
+        Ok(guard::watch::Outcome::Stopped(sig)) => {
+            log!(
+                Info,
+                "guard: stopped (the pod is being deleted)",
+                signal = &signals::name(sig)
+            );
+        }
+        Err(e) => {
+            log!(
+                Error,
+                "guard: cannot watch --guard-dir",
+                dir = &dir.display().to_string(),
+                error = &e.to_string()
+            );
+            return EXIT_MESHWRAP_FAILED;
+        }
+    }
+    0
 }
 
 /// Whether a quit will be sent (the policy allows it and there is a URL).
@@ -261,15 +354,32 @@ async fn run_command(config: &Config, signals: &mut Signals) -> u8 {
     }
 }
 
-/// Quits the sidecars if the policy says so; never changes the exit code.
-async fn quit_sidecars(config: &Config, quit: &[sidecar::quit::Target], succeeded: bool, seen_ready: bool) {
-    if let Some(why) = quit_skipped_because(config, succeeded) {
+/// Quits the sidecars if the policy says so, after a run that ended with
+/// `code`, and records the outcome for the guard; never changes the exit code.
+async fn quit_sidecars(
+    config: &Config,
+    quit: &[sidecar::quit::Target],
+    code: u8,
+    seen_ready: bool,
+    hold: &mut Option<Hold>,
+) {
+    let skipped = if let Some(why) = quit_skipped_because(config, code == 0) {
         log!(Info, format!("not quitting the sidecar: {why}"));
+        true
+    } else if quit.is_empty() {
+        log!(Info, "no quit URL; no sidecar to quit");
+        true
+    } else {
+        false
+    };
+    if skipped {
+        if let Some(hold) = hold {
+            hold.done(Some(code), Quit::Skipped);
+        }
         return;
     }
-    if quit.is_empty() {
-        log!(Info, "no quit URL; no sidecar to quit");
-        return;
+    if let Some(hold) = hold.as_mut() {
+        hold.quitting(code);
     }
     sidecar::quit::quit_all(
         quit,
@@ -279,4 +389,7 @@ async fn quit_sidecars(config: &Config, quit: &[sidecar::quit::Target], succeede
         config.verify_quit,
     )
     .await;
+    if let Some(hold) = hold {
+        hold.done(Some(code), Quit::Sent);
+    }
 }

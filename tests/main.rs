@@ -9,6 +9,7 @@ mod cli;
 mod examples;
 mod exec;
 mod exit_status;
+mod guard;
 mod install;
 mod pid1;
 mod pod;

@@ -225,3 +225,242 @@ fn pod_7_two_tfjob_workers_reach_each_other_through_their_meshes() {
         assert_eq!(pod::phase(0, sidecar), Phase::Succeeded);
     }
 }
+
+/// The commands of a pod with a guard: meshwrap and the guard share the
+/// guard emptyDir and the same options, as `inject` writes them.
+struct Guarded {
+    pod: MeshedPod,
+    dir: String,
+    options: Vec<String>,
+}
+
+impl Guarded {
+    fn new(options: &[&str]) -> Guarded {
+        let pod = meshed_pod();
+        let dir = pod.node.empty_dir("meshwrap-guard").to_string_lossy().into_owned();
+        let mut all = vec!["--guard-dir".to_string(), dir.clone()];
+        all.extend(options.iter().map(|o| o.to_string()));
+        Guarded { pod, dir, options: all }
+    }
+
+    fn options(&self) -> Vec<&str> {
+        self.options.iter().map(String::as_str).collect()
+    }
+
+    fn guard(&self) -> Running {
+        self.pod.node.guard(&self.pod.ns, &self.pod.meshwrap, &self.options())
+    }
+
+    /// The app container: meshwrap with the shared options around `command`.
+    fn app(&self, command: &[&str]) -> Running {
+        let mut line = vec![self.pod.meshwrap.as_str()];
+        line.extend(self.options());
+        line.push("--");
+        line.extend_from_slice(command);
+        self.pod.node.app(&self.pod.ns, &line)
+    }
+
+    /// The app container, once its command runs (a long training step).
+    fn training(&self) -> Running {
+        let mut app = self.app(&["sh", "-c", "echo training; exec sleep 60"]);
+        app.wait_stdout("training");
+        app
+    }
+}
+
+#[test]
+fn pod_8_a_group_kill_leaves_the_pod_stuck_without_a_guard_and_failed_137_with_one() {
+    if pod::skip("pod_8") {
+        return;
+    }
+    // Without a guard: the kernel kills meshwrap too, nobody quits the sidecar.
+    let pod = meshed_pod();
+    let mut sidecar = pod.sidecar(Duration::ZERO);
+    let mut app = pod.node.app(
+        &pod.ns,
+        &[&pod.meshwrap, "--", "sh", "-c", "echo training; exec sleep 60"],
+    );
+    app.wait_stdout("training");
+    assert!(pod::group_kill(&app) >= 2, "meshwrap and its command");
+    let app = app.finish();
+    assert_eq!(app.container_code(), 137);
+    assert_eq!(
+        pod::phase(137, &mut sidecar),
+        Phase::StuckNotReady,
+        "the failure, reproduced"
+    );
+
+    // With the guard: exactly one quit, from the guard, within 100 ms.
+    let pod = Guarded::new(&[]);
+    let mut sidecar = pod.pod.sidecar(Duration::ZERO);
+    let mut guard = pod.guard();
+    let app = pod.training();
+    let killed = pod.pod.node.at();
+    pod::group_kill(&app);
+    sidecar.wait_stdout("sidecar: quit received, exiting");
+    let quit_after = pod.pod.node.at() - killed;
+    println!("the guard's quit reached the sidecar {quit_after} ms after the group kill");
+    assert!(quit_after <= 100, "the quit came {quit_after} ms after the kill");
+    let app = app.finish();
+    assert_eq!(app.container_code(), 137);
+    guard.wait_stderr("quitting the sidecar in its place");
+    assert_eq!(
+        pod::phase_with(137, &mut [&mut sidecar, &mut guard]),
+        Phase::Failed(137)
+    );
+    let guard = guard.finish();
+    guard.assert_code(0);
+    assert_eq!(guard.stderr.matches("sidecar quit ").count(), 1, "one quit\n{guard}");
+}
+
+#[test]
+fn pod_9_after_a_success_the_guard_exits_with_meshwrap_and_sends_no_second_quit() {
+    if pod::skip("pod_9") {
+        return;
+    }
+    let pod = Guarded::new(&[]);
+    let mut sidecar = pod.pod.sidecar(PROXY_DELAY);
+    let mut guard = pod.guard();
+    let url = dataset_url();
+    let app = pod.app(&[&pod.pod.fakemesh, "fetch", &url, "0"]).finish();
+    app.assert_code(0).assert_stderr_has("sidecar quit");
+    assert_eq!(pod::phase_with(0, &mut [&mut sidecar, &mut guard]), Phase::Succeeded);
+    let guard = guard.finish();
+    guard
+        .assert_code(0)
+        .assert_stderr_has("meshwrap finished its run and sent the quit; nothing to do")
+        .assert_stderr_lacks("sidecar quit");
+    let sidecar = sidecar.finish();
+    assert_eq!(sidecar.stdout.matches("quit received").count(), 1);
+}
+
+#[test]
+fn pod_10_on_success_a_group_killed_run_restarts_and_the_pod_completes_with_one_quit() {
+    if pod::skip("pod_10") {
+        return;
+    }
+    let pod = Guarded::new(&["--quit-policy", "on-success"]);
+    let mut sidecar = pod.pod.sidecar(Duration::ZERO);
+    let mut guard = pod.guard();
+    let first = pod.training();
+    pod::group_kill(&first);
+    assert_eq!(first.finish().container_code(), 137);
+    guard.wait_stderr("not quitting, waiting for the restarted container's run");
+    assert!(
+        !sidecar.exits_within(Duration::ZERO),
+        "the sidecar stays for the restart"
+    );
+    // restartPolicy OnFailure: the kubelet starts the container again.
+    let second = pod.app(&["sh", "-c", "echo trained"]).finish();
+    second.assert_code(0).assert_stderr_has("sidecar quit");
+    assert_eq!(pod::phase_with(0, &mut [&mut sidecar, &mut guard]), Phase::Succeeded);
+    guard.finish().assert_code(0).assert_stderr_lacks("sidecar quit");
+    assert_eq!(sidecar.finish().stdout.matches("quit received").count(), 1);
+}
+
+#[test]
+fn pod_11_a_group_kill_during_the_readiness_wait_still_completes_the_pod() {
+    if pod::skip("pod_11") {
+        return;
+    }
+    let pod = Guarded::new(&["--log-level", "debug"]);
+    let mut sidecar = pod.pod.sidecar(PROXY_DELAY);
+    let mut guard = pod.guard();
+    let mut app = pod.app(&["sh", "-c", "echo training"]);
+    app.wait_stderr("guard: holding the lock");
+    pod::group_kill(&app);
+    let app = app.finish();
+    assert_eq!(app.container_code(), 137);
+    assert!(!app.stdout.contains("training"), "the command never ran");
+    sidecar.wait_stdout("sidecar: quit received, exiting");
+    guard.wait_stderr("meshwrap was killed with its command");
+    assert_eq!(
+        pod::phase_with(137, &mut [&mut sidecar, &mut guard]),
+        Phase::Failed(137)
+    );
+}
+
+#[test]
+fn pod_12_a_group_kill_during_meshwraps_quit_sends_a_second_quit_said_as_such() {
+    if pod::skip("pod_12") {
+        return;
+    }
+    let pod = Guarded::new(&[]);
+    let mut sidecar = pod.pod.node.draining_sidecar(&pod.pod.ns, Duration::from_millis(500));
+    let mut guard = pod.guard();
+    let app = pod.app(&["sh", "-c", "echo trained"]);
+    sidecar.wait_stdout("sidecar: quit received, draining");
+    pod::group_kill(&app);
+    assert_eq!(app.finish().container_code(), 137);
+    sidecar.wait_stdout("sidecar: quit received, draining");
+    guard.wait_stderr("killed while quitting the sidecar; quitting again, so the sidecar may get a second quit");
+    assert_eq!(
+        pod::phase_with(137, &mut [&mut sidecar, &mut guard]),
+        Phase::Failed(137)
+    );
+}
+
+#[test]
+fn pod_13_deleting_the_pod_ends_the_guard_at_once() {
+    if pod::skip("pod_13") {
+        return;
+    }
+    let pod = Guarded::new(&[]);
+    let sidecar = pod.pod.sidecar(Duration::ZERO);
+    let guard = pod.guard();
+    let app = pod.training();
+    // The kubelet sends SIGTERM to every container's PID 1.
+    for pid in [pod::child_of(app.pid()), pod::child_of(guard.pid()), sidecar.pid()] {
+        // SAFETY: kill takes plain integers.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    }
+    let guard = guard.finish();
+    guard
+        .assert_code(0)
+        .assert_stderr_has("guard: stopped (the pod is being deleted)");
+    guard.check(guard.elapsed < Duration::from_secs(5), "at once");
+    app.finish().assert_code(143);
+}
+
+#[test]
+fn pod_14_with_a_native_sidecar_the_guard_exits_at_once() {
+    if pod::skip("pod_14") {
+        return;
+    }
+    let pod = Guarded::new(&[]);
+    let podinfo = pod.pod.node.empty_dir("podinfo").join("annotations");
+    std::fs::write(
+        &podinfo,
+        r#"sidecar.istio.io/status="{\"initContainers\":[\"istio-init\",\"istio-proxy\"],\"containers\":[]}""#,
+    )
+    .unwrap();
+    let podinfo = podinfo.to_string_lossy().into_owned();
+    let mut command = vec![pod.pod.meshwrap.as_str(), "guard"];
+    command.extend(pod.options());
+    command.extend(["--pod-annotations", &podinfo]);
+    let guard = pod.pod.node.app(&pod.pod.ns, &command).finish();
+    guard
+        .assert_code(0)
+        .assert_stderr_has("runs as a native sidecar")
+        .assert_stderr_has("nothing to guard");
+}
+
+#[test]
+fn pod_15_a_wrapped_container_that_never_starts_meshwrap_does_not_hold_the_pod() {
+    if pod::skip("pod_15") {
+        return;
+    }
+    let pod = Guarded::new(&["--start-timeout", "1s"]);
+    let mut sidecar = pod.pod.sidecar(Duration::ZERO);
+    let mut guard = pod.guard();
+    // The image has no /mesh: the container's command is not found.
+    let missing = format!("{}/nowhere/meshwrap", pod.dir);
+    let app = pod.pod.node.app(&pod.pod.ns, &[&missing, "--", "true"]).finish();
+    let code = app.container_code();
+    assert_ne!(code, 0);
+    guard.wait_stderr("no meshwrap run started within 1s (--start-timeout); quitting the sidecar");
+    assert_eq!(
+        pod::phase_with(code, &mut [&mut sidecar, &mut guard]),
+        Phase::Failed(code)
+    );
+}

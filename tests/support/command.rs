@@ -299,6 +299,16 @@ impl Run {
             .unwrap_or_else(|| panic!("meshwrap was killed by a signal\n{self}"))
     }
 
+    /// The exit code as the kubelet reports a container's: its own code, or
+    /// 128+N when signal N killed it.
+    pub fn container_code(&self) -> i32 {
+        use std::os::unix::process::ExitStatusExt;
+        self.status
+            .code()
+            .or_else(|| self.status.signal().map(|s| 128 + s))
+            .unwrap_or_else(|| panic!("no exit code or signal\n{self}"))
+    }
+
     pub fn assert_code(&self, expected: i32) -> &Run {
         assert_eq!(self.code(), expected, "unexpected exit code\n{self}");
         self

@@ -8,8 +8,15 @@
 //! - the sidecar: `fakemesh sidecar`, started with a delay, as uid 1337;
 //! - an emptyDir: a fresh directory filled by `meshwrap install DIR`;
 //! - the app container: in the pod's network namespace and a PID namespace of
-//!   its own (`unshare --pid --fork --mount-proc --kill-child`), so the first
-//!   process (meshwrap, when wrapped) is PID 1.
+//!   its own (`fakemesh container`, a runtime that reports 128+N for a
+//!   signal death as the kubelet does), so the first process (meshwrap, when
+//!   wrapped) is PID 1;
+//! - the guard container: `meshwrap guard`, PID 1 of a PID namespace of its
+//!   own, sharing a second emptyDir with the app container;
+//! - the OOM group kill: every process of the app container's PID namespace
+//!   SIGKILLed in one pass, which is what the kernel does to a cgroup with
+//!   `memory.oom.group` set (this machine's memory controller is cgroup v1,
+//!   which has no group kill; see `oom_cgroup` for a real OOM kill there).
 //!
 //! Everything a test creates is removed when its `Node` is dropped, also when
 //! the test fails: processes are killed, then the namespaces (and with them
@@ -183,9 +190,39 @@ impl Node {
         dir.join("meshwrap")
     }
 
+    /// A sidecar that takes `quit_takes` to answer a quit and exit.
+    pub fn draining_sidecar(&self, ns: &str, quit_takes: Duration) -> Running {
+        let quit = quit_takes.as_millis().to_string();
+        let mut sidecar = self.exec(ns, &[&fakemesh_bin(), "sidecar", PROXY_UID, "0", &quit]);
+        sidecar.wait_stdout("sidecar: up");
+        sidecar
+    }
+
+    /// A fresh, empty emptyDir.
+    pub fn empty_dir(&self, name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "{}-{name}-{}",
+            self.prefix,
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// The guard container, `meshwrap guard ARGS` as PID 1 of its own PID
+    /// namespace, once it watches (`meshwrap` is the emptyDir's copy).
+    pub fn guard(&self, ns: &str, meshwrap: &str, args: &[&str]) -> Running {
+        let mut command = vec![meshwrap, "guard"];
+        command.extend_from_slice(args);
+        let mut guard = self.app(ns, &command);
+        guard.wait_stderr("guard: watching meshwrap's run");
+        guard
+    }
+
     /// The app container: `command` as PID 1 of a new PID namespace in `ns`.
     pub fn app(&self, ns: &str, command: &[&str]) -> Running {
-        let mut args = vec!["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"];
+        let runtime = fakemesh_bin();
+        let mut args = vec![runtime.as_str(), "container"];
         args.extend_from_slice(command);
         self.exec(ns, &args)
     }
@@ -243,7 +280,38 @@ pub fn phase(app_code: i32, sidecar: &mut Running) -> Phase {
     }
 }
 
-/// The host pid of `pid`'s only child (the PID 1 that unshare forked).
+/// The OOM group kill of a container started by [`Node::app`]: SIGKILL to
+/// every process in its PID namespace, in one pass. Returns how many.
+pub fn group_kill(app: &Running) -> usize {
+    let pid1 = child_of(app.pid());
+    let ns = std::fs::read_link(format!("/proc/{pid1}/ns/pid")).unwrap();
+    let members: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/ns/pid")).is_ok_and(|n| n == ns))
+        .collect();
+    for pid in &members {
+        // SAFETY: kill takes plain integers.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    members.len()
+}
+
+/// The kubelet's view of a pod with a guard: Completed once every container
+/// has exited (`others`: the sidecar and the guard).
+pub fn phase_with(app_code: i32, others: &mut [&mut Running]) -> Phase {
+    if !others.iter_mut().all(|c| c.exits_within(STUCK_AFTER)) {
+        return Phase::StuckNotReady;
+    }
+    if app_code == 0 {
+        Phase::Succeeded
+    } else {
+        Phase::Failed(app_code)
+    }
+}
+
+/// The host pid of `pid`'s only child (the PID 1 that the runtime forked).
 pub fn child_of(pid: i32) -> i32 {
     let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
     children.split_whitespace().next().expect("a child").parse().unwrap()
