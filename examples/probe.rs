@@ -163,7 +163,7 @@ fn hog() {
     loop {
         // Touched, not just reserved, so the pages count against the limit.
         held.push(vec![1u8; 16 << 20]);
-        if held.len() % 64 == 0 {
+        if held.len().is_multiple_of(64) {
             // 1 GiB and still alive: no memory limit applies, keep going slowly.
             std::thread::sleep(Duration::from_millis(10));
         }
