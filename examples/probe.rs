@@ -11,7 +11,8 @@
 //!   K` after 10 s); then prints `ppid P` and waits for a line on stdin.
 //!
 //! - `probe hog`: prints `hogging`, then allocates and touches memory 16 MiB
-//!   at a time until the kernel kills it (an OOM kill under a memory limit).
+//!   at a time until the kernel kills it (an OOM kill under a memory limit);
+//!   at 1 GiB it gives up, prints `no limit` and exits 3.
 //!
 //! It blocks signals and takes them with `sigwaitinfo` instead of installing
 //! handlers, so no signal can arrive before it is ready to report it.
@@ -163,9 +164,9 @@ fn hog() {
     loop {
         // Touched, not just reserved, so the pages count against the limit.
         held.push(vec![1u8; 16 << 20]);
-        if held.len().is_multiple_of(64) {
-            // 1 GiB and still alive: no memory limit applies, keep going slowly.
-            std::thread::sleep(Duration::from_millis(10));
+        if held.len() == 64 {
+            say("no limit");
+            std::process::exit(3);
         }
     }
 }

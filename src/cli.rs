@@ -44,6 +44,10 @@ Example:
   meshwrap install /mesh
   Copies meshwrap into /mesh (for an init container and a shared emptyDir).
 
+  meshwrap guard --guard-dir /run/meshwrap [OPTIONS]
+  In a container of its own: quits the sidecar if the kernel kills meshwrap
+  with its command (meshwrap guard --help).
+
 Exit status:
   N      the command exited with N
   128+S  the command was killed by signal S (137: SIGKILL or OOM, 143: SIGTERM),
@@ -328,7 +332,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>, mode: Mode) -> Parsed {
             .name("meshwrap guard")
             .override_usage("meshwrap guard --guard-dir DIR [OPTIONS]")
             .about(GUARD_ABOUT)
-            .after_help(GUARD_AFTER_HELP),
+            .after_help(GUARD_AFTER_HELP)
+            .mut_arg("command", |a| a.hide(true)),
     };
     let matches = match command.try_get_matches_from(args) {
         Ok(matches) => matches,

@@ -464,3 +464,31 @@ fn pod_15_a_wrapped_container_that_never_starts_meshwrap_does_not_hold_the_pod()
         Phase::Failed(code)
     );
 }
+
+#[test]
+fn pod_16_a_real_oom_kill_under_a_memory_limit_fails_the_pod_with_137_and_one_quit() {
+    if pod::skip("pod_16") {
+        return;
+    }
+    // This machine's memory controller is cgroup v1: the kernel kills the
+    // largest process (the command), not the whole group, so meshwrap lives
+    // to quit and record its run, and the guard has nothing to do.
+    let mut pod = Guarded::new(&[]);
+    let cgroup = pod.pod.node.memory_cgroup(64 << 20);
+    let mut sidecar = pod.pod.sidecar(Duration::ZERO);
+    let mut guard = pod.guard();
+    let mut line = vec![pod.pod.meshwrap.as_str()];
+    line.extend(pod.options());
+    let probe = probe_bin();
+    line.extend(["--", &probe, "hog"]);
+    let app = pod.pod.node.app_in(&pod.pod.ns, &cgroup, &line).finish();
+    assert_eq!(app.container_code(), 137, "{app}");
+    app.assert_stderr_has("status=\"signal SIGKILL\"")
+        .assert_stderr_has("sidecar quit");
+    assert!(pod::oom_kills(&cgroup) >= 1, "the kernel's OOM killer did it");
+    assert_eq!(
+        pod::phase_with(137, &mut [&mut sidecar, &mut guard]),
+        Phase::Failed(137)
+    );
+    guard.finish().assert_code(0).assert_stderr_has("nothing to do");
+}

@@ -85,6 +85,7 @@ fn sh(args: &[&str]) {
 pub struct Node {
     prefix: String,
     namespaces: Vec<String>,
+    cgroups: Vec<PathBuf>,
     pub born: Instant,
 }
 
@@ -96,6 +97,7 @@ impl Node {
         Node {
             prefix,
             namespaces: Vec::new(),
+            cgroups: Vec::new(),
             born: Instant::now(),
         }
     }
@@ -227,6 +229,37 @@ impl Node {
         self.exec(ns, &args)
     }
 
+    /// The app container in a cgroup of its own (see [`Node::memory_cgroup`]).
+    /// The cgroup is joined before entering the network namespace, whose
+    /// `ip netns exec` mounts a /sys without the cgroup tree.
+    pub fn app_in(&self, ns: &str, cgroup: &Path, command: &[&str]) -> Running {
+        let join = format!("echo $$ > {}/cgroup.procs && exec \"$@\"", cgroup.display());
+        let runtime = fakemesh_bin();
+        Meshwrap::program("sh")
+            .args(["-c", &join, "sh", "ip", "netns", "exec", ns, &runtime, "container"])
+            .args(command)
+            .spawn()
+    }
+
+    /// A cgroup v1 memory cgroup limited to `bytes`, swap included, as the
+    /// kubelet sets a container's memory limit. Fails the test where this
+    /// machine has no v1 memory controller to create it in.
+    pub fn memory_cgroup(&mut self, bytes: u64) -> PathBuf {
+        let root = Path::new("/sys/fs/cgroup/memory");
+        assert!(
+            root.join("memory.limit_in_bytes").exists(),
+            "no cgroup v1 memory controller at {}: the real OOM test needs one",
+            root.display()
+        );
+        let dir = root.join(format!("{}-app", self.prefix));
+        std::fs::create_dir(&dir).unwrap();
+        self.cgroups.push(dir.clone());
+        std::fs::write(dir.join("memory.limit_in_bytes"), bytes.to_string()).unwrap();
+        // Without swap in the limit, the kernel would swap instead of killing.
+        let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), bytes.to_string());
+        dir
+    }
+
     pub fn fakemesh(&self) -> String {
         fakemesh_bin()
     }
@@ -247,6 +280,13 @@ impl Drop for Node {
                 }
             });
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        for cgroup in &self.cgroups {
+            // Its processes are gone with the namespaces; a few may still be exiting.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while std::fs::remove_dir(cgroup).is_err() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
         let emptydirs = std::fs::read_dir(std::env::temp_dir()).into_iter().flatten().flatten();
         for dir in emptydirs.filter(|d| {
@@ -296,6 +336,16 @@ pub fn group_kill(app: &Running) -> usize {
         unsafe { libc::kill(*pid, libc::SIGKILL) };
     }
     members.len()
+}
+
+/// How many times the kernel's OOM killer acted in a v1 memory cgroup.
+pub fn oom_kills(cgroup: &Path) -> u64 {
+    let control = std::fs::read_to_string(cgroup.join("memory.oom_control")).unwrap();
+    control
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no oom_kill count in memory.oom_control:\n{control}"))
 }
 
 /// The kubelet's view of a pod with a guard: Completed once every container
