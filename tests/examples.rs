@@ -409,6 +409,10 @@ fn the_dockerfile_example_makes_meshwrap_the_entrypoint_prefix() {
     let context = file.parent().unwrap();
     for line in text.lines().filter(|l| l.starts_with("COPY ") && !l.contains("--from")) {
         let source = line.split_whitespace().nth(1).unwrap();
-        assert!(context.join(source).exists(), "{line}: no {source} in {}", context.display());
+        assert!(
+            context.join(source).exists(),
+            "{line}: no {source} in {}",
+            context.display()
+        );
     }
 }

@@ -16,5 +16,6 @@ mod pod;
 mod presets;
 mod quit;
 mod readiness;
+mod schemas;
 mod scuttle;
 mod signals;

@@ -1,0 +1,318 @@
+//! examples/ against the upstream schemas vendored in schemas/ (see its
+//! README): every manifest validates strictly, with unknown fields rejected
+//! as `kubectl --validate=strict` and the API server's fieldValidation=Strict
+//! reject them, and as published. The semantics schemas cannot express
+//! (labels, policies, mounts) are checked in examples.rs.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn load_json(path: &str) -> Value {
+    let text = std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn load_yaml_docs(path: &Path) -> Vec<Value> {
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .filter(|doc| !doc.is_null())
+        .collect()
+}
+
+/// A schema checker: a name for the report, and the errors it finds.
+struct Check {
+    name: String,
+    validator: jsonschema::Validator,
+}
+
+impl Check {
+    fn errors(&self, doc: &Value) -> Vec<String> {
+        self.validator
+            .iter_errors(doc)
+            .map(|e| format!("[{}] at {}: {e}", self.name, e.instance_path()))
+            .collect()
+    }
+}
+
+fn draft4(name: &str, schema: &Value) -> Check {
+    Check {
+        name: name.into(),
+        validator: jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft4)
+            .build(schema)
+            .unwrap_or_else(|e| panic!("{name}: {e}")),
+    }
+}
+
+// ---- Kubernetes ---------------------------------------------------------
+
+/// The swagger definitions as JSON Schema: int-or-string as both types, a
+/// `$ref`'s siblings dropped (draft 4 ignores them), Quantity also a number
+/// (YAML numbers are accepted); with `strict`, every object with properties
+/// closed to others, the rule of yannh/kubernetes-json-schema's -strict.
+fn kubernetes_definitions(strict: bool) -> Value {
+    fn fix(node: &mut Value) {
+        match node {
+            Value::Object(map) => {
+                if map.get("format").and_then(Value::as_str) == Some("int-or-string") {
+                    map.insert("type".into(), json!(["integer", "string"]));
+                }
+                if map.contains_key("$ref") {
+                    map.retain(|k, _| k == "$ref");
+                }
+                map.values_mut().for_each(fix);
+            }
+            Value::Array(items) => items.iter_mut().for_each(fix),
+            _ => {}
+        }
+    }
+    let mut definitions = load_json("schemas/k8s/swagger-release-1.36.json")["definitions"].take();
+    fix(&mut definitions);
+    let definitions = definitions.as_object_mut().unwrap();
+    if strict {
+        for definition in definitions.values_mut().filter_map(Value::as_object_mut) {
+            if definition.contains_key("properties") && !definition.contains_key("additionalProperties") {
+                definition.insert("additionalProperties".into(), json!(false));
+            }
+        }
+    }
+    definitions["io.k8s.apimachinery.pkg.api.resource.Quantity"]["type"] = json!(["string", "number"]);
+    Value::Object(definitions.clone())
+}
+
+fn kubernetes_checks(kind: &str, definition: &str, file: &str) -> Vec<Check> {
+    let mut checks = Vec::new();
+    for strict in [true, false] {
+        let schema =
+            json!({"$ref": format!("#/definitions/{definition}"), "definitions": kubernetes_definitions(strict)});
+        let name = format!(
+            "Kubernetes 1.36 OpenAPI, {} ({kind})",
+            if strict { "strict" } else { "as published" }
+        );
+        checks.push(draft4(&name, &schema));
+    }
+    let dir = "schemas/k8s/kubernetes-validate-v1.35.0-local-strict";
+    let definitions = load_json(&format!("{dir}/_definitions.json"));
+    // Its refs name /api/_definitions.json against the schema's $id.
+    let registry = jsonschema::Registry::new()
+        .add("https://kubernetes.io/api/_definitions.json", definitions)
+        .and_then(|builder| builder.prepare())
+        .unwrap();
+    let registry: &'static jsonschema::Registry = Box::leak(Box::new(registry));
+    let validator = jsonschema::options()
+        .with_registry(registry)
+        .build(&load_json(&format!("{dir}/{file}")))
+        .unwrap();
+    checks.push(Check {
+        name: format!("kubernetes-validate 1.35 strict ({kind})"),
+        validator,
+    });
+    checks
+}
+
+// ---- CRDs -----------------------------------------------------------------
+
+fn crd_schema(path: &str, kind: &str, version: &str) -> Value {
+    for doc in load_yaml_docs(&root().join(path)) {
+        if doc["kind"] != "CustomResourceDefinition" || doc["spec"]["names"]["kind"] != kind {
+            continue;
+        }
+        for v in doc["spec"]["versions"].as_array().unwrap() {
+            if v["name"] == version {
+                return v["schema"]["openAPIV3Schema"].clone();
+            }
+        }
+    }
+    panic!("{path}: no {kind} {version}");
+}
+
+/// A CRD's structural schema as JSON Schema. `x-kubernetes-int-or-string` is
+/// a type, `nullable` adds null, and `x-kubernetes-preserve-unknown-fields`
+/// turns strictness off beneath it. With `strict`, objects with properties
+/// reject others: what fieldValidation=Strict (kubectl's default since 1.27)
+/// reports as an unknown field, where the API server would otherwise prune it
+/// silently.
+fn crd_to_json_schema(schema: &Value, strict: bool) -> Value {
+    fn walk(node: &mut Value, preserve: bool, strict: bool) {
+        let Value::Object(map) = node else { return };
+        let preserve = preserve || map.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true));
+        if map.get("x-kubernetes-int-or-string") == Some(&json!(true)) {
+            map.remove("type");
+            map.entry("anyOf")
+                .or_insert_with(|| json!([{"type": "integer"}, {"type": "string"}]));
+        }
+        if map.get("nullable") == Some(&json!(true))
+            && let Some(Value::String(t)) = map.get("type").cloned()
+        {
+            map.insert("type".into(), json!([t, "null"]));
+        }
+        if strict && !preserve && map.contains_key("properties") && !map.contains_key("additionalProperties") {
+            map.insert("additionalProperties".into(), json!(false));
+        }
+        for (key, value) in map.iter_mut() {
+            match (key.as_str(), value) {
+                ("properties" | "patternProperties" | "definitions", Value::Object(children)) => {
+                    children.values_mut().for_each(|v| walk(v, preserve, strict));
+                }
+                ("items" | "additionalProperties" | "not", child) => walk(child, preserve, strict),
+                ("allOf" | "anyOf" | "oneOf", Value::Array(children)) => {
+                    children.iter_mut().for_each(|v| walk(v, preserve, strict));
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut schema = schema.clone();
+    walk(&mut schema, false, strict);
+    schema
+}
+
+fn crd_checks(label: &str, path: &str, kind: &str) -> Vec<Check> {
+    let schema = crd_schema(path, kind, if kind == "Workflow" { "v1alpha1" } else { "v1" });
+    [true, false]
+        .map(|strict| {
+            let how = if strict { "strict" } else { "as published" };
+            draft4(&format!("{label}, {how}"), &crd_to_json_schema(&schema, strict))
+        })
+        .into()
+}
+
+/// Argo's own JSON Schema of a Workflow, as published and strict.
+fn argo_json_schema_checks() -> Vec<Check> {
+    [false, true]
+        .map(|strict| {
+            let mut schema: Map<String, Value> = load_json("schemas/argo/schema.json").as_object().unwrap().clone();
+            schema.remove("oneOf");
+            schema.remove("type");
+            schema.insert(
+                "$ref".into(),
+                json!("#/definitions/io.argoproj.workflow.v1alpha1.Workflow"),
+            );
+            if strict {
+                for definition in schema["definitions"].as_object_mut().unwrap().values_mut() {
+                    let definition = definition.as_object_mut().unwrap();
+                    if definition.contains_key("properties") && !definition.contains_key("additionalProperties") {
+                        definition.insert("additionalProperties".into(), json!(false));
+                    }
+                }
+            }
+            let how = if strict { "strict" } else { "as published" };
+            Check {
+                name: format!("argo-workflows api/jsonschema, {how}"),
+                validator: jsonschema::validator_for(&Value::Object(schema)).unwrap(),
+            }
+        })
+        .into()
+}
+
+/// The checks for a document's apiVersion and kind; none for a kind we have
+/// no schema for.
+fn checks_for(doc: &Value) -> Vec<Check> {
+    match (doc["apiVersion"].as_str(), doc["kind"].as_str()) {
+        (Some("batch/v1"), Some("Job")) => kubernetes_checks("Job", "io.k8s.api.batch.v1.Job", "job-batch-v1.json"),
+        (Some("v1"), Some("Pod")) => kubernetes_checks("Pod", "io.k8s.api.core.v1.Pod", "pod-v1.json"),
+        (Some("kubeflow.org/v1"), Some("TFJob")) => crd_checks(
+            "training-operator 1.9 TFJob CRD",
+            "schemas/kubeflow/kubeflow.org_tfjobs.yaml",
+            "TFJob",
+        ),
+        (Some("kubeflow.org/v1"), Some("PyTorchJob")) => crd_checks(
+            "training-operator 1.9 PyTorchJob CRD",
+            "schemas/kubeflow/kubeflow.org_pytorchjobs.yaml",
+            "PyTorchJob",
+        ),
+        (Some("argoproj.io/v1alpha1"), Some("Workflow")) => {
+            let mut checks = crd_checks(
+                "argo-workflows Workflow CRD (full)",
+                "schemas/argo/argoproj.io_workflows.full.yaml",
+                "Workflow",
+            );
+            checks.extend(argo_json_schema_checks());
+            checks
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn manifests() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&root().join("examples"), &mut out);
+    out.sort();
+    out
+}
+
+#[test]
+fn every_example_manifest_validates_against_the_upstream_schemas() {
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for file in manifests() {
+        for doc in load_yaml_docs(&file) {
+            let checks = checks_for(&doc);
+            assert!(
+                !checks.is_empty(),
+                "{}: no vendored schema for {} {}",
+                file.display(),
+                doc["apiVersion"],
+                doc["kind"]
+            );
+            for check in &checks {
+                checked += 1;
+                for error in check.errors(&doc) {
+                    failures.push(format!("{}: {error}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    println!("{checked} schema checks passed");
+}
+
+#[test]
+fn a_misspelled_field_fails_every_strict_check() {
+    // The strict checks must be able to fail: each example with one field
+    // misspelled in its pod spec (restartPolicy is in every pod spec's schema).
+    for file in manifests() {
+        for mut doc in load_yaml_docs(&file) {
+            let checks = checks_for(&doc);
+            misspell_first(&mut doc, "containers");
+            for check in checks.iter().filter(|c| c.name.contains("strict")) {
+                assert!(
+                    !check.errors(&doc).is_empty(),
+                    "{}: [{}] accepts an unknown field",
+                    file.display(),
+                    check.name
+                );
+            }
+        }
+    }
+}
+
+/// Adds `restartPolicyy` beside the first `key` (or Argo's `container`) found.
+fn misspell_first(doc: &mut Value, key: &str) -> bool {
+    match doc {
+        Value::Object(map) if map.contains_key(key) || map.contains_key("container") => {
+            map.insert("restartPolicyy".into(), json!("Never"));
+            true
+        }
+        Value::Object(map) => map.values_mut().any(|v| misspell_first(v, key)),
+        Value::Array(items) => items.iter_mut().any(|v| misspell_first(v, key)),
+        _ => false,
+    }
+}
