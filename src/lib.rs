@@ -212,8 +212,14 @@ pub async fn guard(config: &Config, signals: &mut Signals) -> u8 {
         log!(Info, "guard: --quit-policy never; nothing to guard");
         return 0;
     }
-    log!(Info, "guard: watching meshwrap's run", dir = &dir.display().to_string());
-    match guard::watch::watch(dir, config.quit_policy, config.start_timeout, signals).await {
+    let mut watch = match guard::watch::Watch::new(dir) {
+        Ok(watch) => watch,
+        Err(e) => return guard_failed(dir, e),
+    };
+    match watch
+        .until_over(config.quit_policy, config.start_timeout, signals)
+        .await
+    {
         Ok(guard::watch::Outcome::Nothing) => {}
         Ok(guard::watch::Outcome::Quit { seen_ready }) => {
             let quit = sidecar::quit::quit_all(
@@ -232,17 +238,20 @@ pub async fn guard(config: &Config, signals: &mut Signals) -> u8 {
                 signal = &signals::name(sig)
             );
         }
-        Err(e) => {
-            log!(
-                Error,
-                "guard: cannot watch --guard-dir",
-                dir = &dir.display().to_string(),
-                error = &e.to_string()
-            );
-            return EXIT_MESHWRAP_FAILED;
-        }
+        Err(e) => return guard_failed(dir, e),
     }
+    drop(watch);
     0
+}
+
+fn guard_failed(dir: &std::path::Path, error: std::io::Error) -> u8 {
+    log!(
+        Error,
+        "guard: cannot watch --guard-dir",
+        dir = &dir.display().to_string(),
+        error = &error.to_string()
+    );
+    EXIT_MESHWRAP_FAILED
 }
 
 /// Whether a quit will be sent (the policy allows it and there is a URL).

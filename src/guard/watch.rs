@@ -58,18 +58,43 @@ enum Verdict {
     Over(Record),
 }
 
-/// Watches `dir` until a run is over or nothing is left to guard. `policy`
-/// and the bound apply while no run has been recorded; a recorded run
-/// carries meshwrap's own policy.
-pub async fn watch(
+/// The guard's watch on its directory. Keep it until the quit has gone out:
+/// closing an inotify descriptor waits for the kernel's SRCU grace period,
+/// which took 7 ms here, and a quit sent after it would wait as long.
+pub struct Watch<'d> {
+    dir: &'d Path,
+    events: Events,
+}
+
+impl<'d> Watch<'d> {
+    /// Creates the directory if needed and starts watching it.
+    pub fn new(dir: &'d Path) -> io::Result<Watch<'d>> {
+        std::fs::create_dir_all(dir)?;
+        let events = Events::watch(dir)?;
+        log!(Info, "guard: watching meshwrap's run", dir = &dir.display().to_string());
+        Ok(Watch { dir, events })
+    }
+
+    /// Waits until a run is over or nothing is left to guard. `policy` and
+    /// the bound apply while no run has been recorded; a recorded run
+    /// carries meshwrap's own policy.
+    pub async fn until_over(
+        &mut self,
+        policy: QuitPolicy,
+        start_timeout: Option<Duration>,
+        signals: &mut Signals,
+    ) -> io::Result<Outcome> {
+        watch(self.dir, &mut self.events, policy, start_timeout, signals).await
+    }
+}
+
+async fn watch(
     dir: &Path,
+    events: &mut Events,
     policy: QuitPolicy,
     start_timeout: Option<Duration>,
     signals: &mut Signals,
 ) -> io::Result<Outcome> {
-    std::fs::create_dir_all(dir)?;
-    let mut events = Events::watch(dir)?;
-    log!(Info, "guard: watching meshwrap's run", dir = &dir.display().to_string());
     // Runs up to this generation have been judged (a restart is awaited).
     let mut judged = 0;
     let mut bound = start_timeout.map(|t| Box::pin(tokio::time::sleep(t)));
