@@ -309,6 +309,17 @@ fn meshwrap_bin() -> &'static str {
     })
 }
 
+/// The lines a pipe carries, as they arrive.
+fn lines_of(pipe: impl Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, lines) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    lines
+}
+
 /// `meshwrap guard` beside a run, pointed at the same sidecar and directory,
 /// once it watches (its log, on stderr, is its only output).
 fn start_guard(sidecar: &Sidecar, dir: &std::path::Path) -> Running {
@@ -322,13 +333,7 @@ fn start_guard(sidecar: &Sidecar, dir: &std::path::Path) -> Running {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let (tx, lines) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let lines = lines_of(child.stderr.take().unwrap());
     let mut guard = Running { child, lines };
     guard.line_with("guard: watching");
     guard
@@ -396,13 +401,7 @@ fn start(wrapper: Wrapper, sidecars: &[&Sidecar], mode: &str, extra: &[&str]) ->
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let (tx, lines) = std::sync::mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let lines = lines_of(child.stdout.take().unwrap());
     Running { child, lines }
 }
 

@@ -32,11 +32,16 @@ fn guard(sidecar: &FakeSidecar, dir: &Path, extra: &[&str]) -> Running {
     running
 }
 
+/// meshwrap pointed at `sidecar`, sharing the guard directory `dir`.
+fn wrapped_in(sidecar: &FakeSidecar, dir: &Path) -> Meshwrap {
+    let mut meshwrap = wrapped(sidecar);
+    meshwrap.arg("--guard-dir").arg(dir);
+    meshwrap
+}
+
 /// meshwrap around a command that says it started and then sleeps.
 fn wrapped_sleeper(sidecar: &FakeSidecar, dir: &Path, extra: &[&str]) -> Running {
-    let mut running = wrapped(sidecar)
-        .arg("--guard-dir")
-        .arg(dir)
+    let mut running = wrapped_in(sidecar, dir)
         .args(extra)
         .args(["--", "sh", "-c", "echo started; exec sleep 60"])
         .spawn();
@@ -69,12 +74,7 @@ fn after_a_normal_run_the_guard_exits_without_a_second_quit() {
     let sidecar = FakeSidecar::ready();
     let dir = guard_dir();
     let guard = guard(&sidecar, &dir, &[]);
-    wrapped(&sidecar)
-        .arg("--guard-dir")
-        .arg(&dir)
-        .args(["--", "true"])
-        .run()
-        .assert_code(0);
+    wrapped_in(&sidecar, &dir).args(["--", "true"]).run().assert_code(0);
     let run = guard.finish();
     run.assert_code(0)
         .assert_stderr_has("meshwrap finished its run and sent the quit");
@@ -111,12 +111,7 @@ fn a_guard_started_after_the_kill_still_quits() {
 fn a_guard_started_after_the_run_does_nothing() {
     let sidecar = FakeSidecar::ready();
     let dir = guard_dir();
-    wrapped(&sidecar)
-        .arg("--guard-dir")
-        .arg(&dir)
-        .args(["--", "true"])
-        .run()
-        .assert_code(0);
+    wrapped_in(&sidecar, &dir).args(["--", "true"]).run().assert_code(0);
     guard(&sidecar, &dir, &[])
         .finish()
         .assert_code(0)
@@ -147,9 +142,7 @@ fn a_kill_during_the_readiness_wait_quits_once_the_sidecar_listens() {
     let sidecar = FakeSidecar::refusing();
     let dir = guard_dir();
     let mut guard = guard(&sidecar, &dir, &[]);
-    let mut meshwrap = wrapped(&sidecar)
-        .arg("--guard-dir")
-        .arg(&dir)
+    let mut meshwrap = wrapped_in(&sidecar, &dir)
         .args(["--log-level", "debug", "--", "true"])
         .spawn();
     meshwrap.wait_stderr("guard: holding the lock");
@@ -167,11 +160,7 @@ fn a_kill_in_the_middle_of_meshwraps_quit_is_followed_by_a_second_quit_said_as_s
     sidecar.set_quit(&[Reply::Hang]);
     let dir = guard_dir();
     let guard = guard(&sidecar, &dir, &[]);
-    let meshwrap = wrapped(&sidecar)
-        .arg("--guard-dir")
-        .arg(&dir)
-        .args(["--", "true"])
-        .spawn();
+    let meshwrap = wrapped_in(&sidecar, &dir).args(["--", "true"]).spawn();
     sidecar.wait_for("meshwrap's quit", |r| r.iter().any(|r| r.method == "POST"));
     sidecar.set_quit(&[Reply::Status(200)]);
     meshwrap.signal(libc::SIGKILL);
@@ -195,9 +184,7 @@ fn on_success_a_killed_run_is_not_quit_and_the_restarted_run_quits_once() {
     // judge the killed run again.
     std::fs::write(dir.join("unrelated"), "x").unwrap();
     // The kubelet restarts the container: the next generation succeeds.
-    wrapped(&sidecar)
-        .arg("--guard-dir")
-        .arg(&dir)
+    wrapped_in(&sidecar, &dir)
         .args(policy)
         .args(["--", "true"])
         .run()
@@ -216,9 +203,7 @@ fn on_success_a_failed_run_waits_for_the_restart() {
     let policy = ["--quit-policy", "on-success"];
     let mut guard = guard(&sidecar, &dir, &policy);
     let run = |code: &str| {
-        wrapped(&sidecar)
-            .arg("--guard-dir")
-            .arg(&dir)
+        wrapped_in(&sidecar, &dir)
             .args(policy)
             .args(["--", "sh", "-c", &format!("exit {code}")])
             .run()
@@ -297,9 +282,7 @@ fn a_run_under_way_is_not_cut_short_by_the_start_timeout() {
     let sidecar = FakeSidecar::ready();
     let dir = guard_dir();
     let mut guard = guard(&sidecar, &dir, &["--start-timeout", "200ms"]);
-    let mut meshwrap = wrapped(&sidecar)
-        .arg("--guard-dir")
-        .arg(&dir)
+    let mut meshwrap = wrapped_in(&sidecar, &dir)
         .args(["--", "sh", "-c", "echo started; read line; echo done"])
         .spawn();
     meshwrap.wait_stdout("started");
@@ -324,11 +307,7 @@ fn a_second_wrapped_container_on_the_same_directory_is_refused() {
     let sidecar = FakeSidecar::ready();
     let dir = guard_dir();
     let first = wrapped_sleeper(&sidecar, &dir, &[]);
-    let second = wrapped(&sidecar)
-        .arg("--guard-dir")
-        .arg(&dir)
-        .args(["--", "sh", "-c", "echo ran"])
-        .run();
+    let second = wrapped_in(&sidecar, &dir).args(["--", "sh", "-c", "echo ran"]).run();
     second
         .assert_code(125)
         .assert_stdout("")
