@@ -334,3 +334,29 @@ fn guard_usage_errors_exit_125_with_one_line() {
         run.check(run.stderr.lines().count() == 1, "one line");
     }
 }
+
+#[test]
+fn without_inotify_the_guard_looks_every_50ms_and_still_quits() {
+    // A node out of inotify instances for the guard's user (128 by default):
+    // the same limit, set to 0 in a user namespace of the guard's own.
+    let sidecar = FakeSidecar::ready();
+    let dir = guard_dir();
+    let guard_line = format!("echo 0 > /proc/sys/user/max_inotify_instances && exec \"$@\"");
+    let mut guard = Meshwrap::program("unshare");
+    guard
+        .args(["--user", "--map-root-user", "sh", "-c", &guard_line, "sh"])
+        .arg(crate::support::command::meshwrap_bin())
+        .arg("guard")
+        .args(sidecar.flags())
+        .arg("--guard-dir")
+        .arg(&dir);
+    let mut guard = guard.spawn();
+    guard.wait_stderr(WATCHING);
+    let meshwrap = wrapped_sleeper(&sidecar, &dir, &[]);
+    group_kill(&meshwrap);
+    let run = guard.finish();
+    run.assert_code(0)
+        .assert_stderr_has("cannot watch the directory with inotify; looking every 50ms instead")
+        .assert_stderr_has("quitting the sidecar in its place");
+    assert_eq!(sidecar.quits(), 1);
+}

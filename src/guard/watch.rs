@@ -7,6 +7,8 @@
 //! by the kernel when meshwrap dies, after the lock is released) or renamed
 //! into place (a new record), and then judges under the shared lock (see the
 //! module above). The wake-ups are few: four records and one close per run.
+//! Where the node has no inotify instance left for the guard's user, it looks
+//! every 50 ms instead of failing the pod (see `Events`).
 //!
 //! Races it guards against:
 //! - **The guard starts first.** No record, or only an older generation's:
@@ -70,7 +72,7 @@ impl<'d> Watch<'d> {
     /// Creates the directory if needed and starts watching it.
     pub fn new(dir: &'d Path) -> io::Result<Watch<'d>> {
         std::fs::create_dir_all(dir)?;
-        let events = Events::watch(dir)?;
+        let events = Events::watch(dir);
         log!(Info, "guard: watching meshwrap's run", dir = &dir.display().to_string());
         Ok(Watch { dir, events })
     }
@@ -266,14 +268,39 @@ fn never_started(policy: QuitPolicy, bound: Duration) -> Outcome {
     }
 }
 
-/// inotify on the guard directory: files closed after writing, created, or
-/// renamed into it.
-struct Events {
-    fd: AsyncFd<OwnedFd>,
+/// How often the guard looks when inotify cannot be had.
+const FALLBACK_INTERVAL: Duration = Duration::from_millis(50);
+
+/// What wakes the guard: inotify on the guard directory (files closed after
+/// writing, created, or renamed into it), or, where the node has no inotify
+/// instance left for this user (128 by default, shared by every pod of the
+/// uid), a look every [`FALLBACK_INTERVAL`]. A guard that failed there would
+/// fail a pod whose job succeeded; one that looks 20 times a second costs
+/// about 1 ms of CPU a second and still quits within the interval.
+enum Events {
+    Inotify(AsyncFd<OwnedFd>),
+    Interval,
 }
 
 impl Events {
-    fn watch(dir: &Path) -> io::Result<Events> {
+    fn watch(dir: &Path) -> Events {
+        match Events::inotify(dir) {
+            Ok(fd) => Events::Inotify(fd),
+            Err(e) => {
+                log!(
+                    Warn,
+                    format!(
+                        "guard: cannot watch the directory with inotify; looking every {} instead",
+                        crate::duration::format(FALLBACK_INTERVAL)
+                    ),
+                    error = &e.to_string()
+                );
+                Events::Interval
+            }
+        }
+    }
+
+    fn inotify(dir: &Path) -> io::Result<AsyncFd<OwnedFd>> {
         // SAFETY: inotify_init1 takes flags only and returns a new descriptor or -1.
         let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
         if raw < 0 {
@@ -289,14 +316,17 @@ impl Events {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: the OwnedFd stays open, and the same descriptor, for as long as the AsyncFd holds it.
-        let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.map_err(|e| e.into_parts().1)?;
-        Ok(Events { fd })
+        unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.map_err(|e| e.into_parts().1)
     }
 
     /// Waits until something changed, and drains what is queued.
     async fn changed(&mut self) -> io::Result<()> {
+        let Events::Inotify(fd) = self else {
+            tokio::time::sleep(FALLBACK_INTERVAL).await;
+            return Ok(());
+        };
         loop {
-            let mut ready = self.fd.readable().await?;
+            let mut ready = fd.readable().await?;
             match ready.try_io(|fd| drain(fd.get_ref().as_raw_fd())) {
                 Ok(result) => return result,
                 Err(_would_block) => continue,
