@@ -341,10 +341,10 @@ fn without_inotify_the_guard_looks_every_50ms_and_still_quits() {
     // the same limit, set to 0 in a user namespace of the guard's own.
     let sidecar = FakeSidecar::ready();
     let dir = guard_dir();
-    let guard_line = format!("echo 0 > /proc/sys/user/max_inotify_instances && exec \"$@\"");
+    let guard_line = "echo 0 > /proc/sys/user/max_inotify_instances && exec \"$@\"";
     let mut guard = Meshwrap::program("unshare");
     guard
-        .args(["--user", "--map-root-user", "sh", "-c", &guard_line, "sh"])
+        .args(["--user", "--map-root-user", "sh", "-c", guard_line, "sh"])
         .arg(crate::support::command::meshwrap_bin())
         .arg("guard")
         .args(sidecar.flags())
