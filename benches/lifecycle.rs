@@ -904,18 +904,23 @@ impl Bench {
         sidecar.ready.store(true, Ordering::SeqCst);
         sidecar.listen();
         let dir = std::env::temp_dir().join(format!("meshwrap-bench-guard-{}", std::process::id()));
+        // A fresh guard directory, the guard watching it, and meshwrap's command started.
+        let beside_guard = || {
+            let _ = std::fs::remove_dir_all(&dir);
+            let guard = start_guard(&sidecar, &dir);
+            let mut r = start(
+                Wrapper::Meshwrap,
+                &[&sidecar],
+                "sleep",
+                &["--guard-dir", dir.to_str().unwrap()],
+            );
+            r.value("ready ");
+            (guard, r)
+        };
         let latency = Sample(
             (0..self.runs)
                 .map(|_| {
-                    let _ = std::fs::remove_dir_all(&dir);
-                    let guard = start_guard(&sidecar, &dir);
-                    let mut r = start(
-                        Wrapper::Meshwrap,
-                        &[&sidecar],
-                        "sleep",
-                        &["--guard-dir", dir.to_str().unwrap()],
-                    );
-                    r.value("ready ");
+                    let (guard, r) = beside_guard();
                     let pid = r.child.id();
                     let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
                     let command: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
@@ -943,15 +948,7 @@ impl Bench {
         );
         // One run of a command that lives `secs`, with the guard beside it.
         let secs = if self.quick { 1 } else { 5 };
-        let _ = std::fs::remove_dir_all(&dir);
-        let guard = start_guard(&sidecar, &dir);
-        let mut r = start(
-            Wrapper::Meshwrap,
-            &[&sidecar],
-            "sleep",
-            &["--guard-dir", dir.to_str().unwrap()],
-        );
-        r.value("ready ");
+        let (guard, r) = beside_guard();
         thread::sleep(Duration::from_secs(secs));
         let (guard_pid, meshwrap_pid) = (guard.child.id(), r.child.id());
         let (guard_rss, meshwrap_rss) = (peak_rss_mib(guard_pid), peak_rss_mib(meshwrap_pid));

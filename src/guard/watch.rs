@@ -6,7 +6,8 @@
 //! file there is closed after writing (meshwrap's lock descriptor is closed
 //! by the kernel when meshwrap dies, after the lock is released) or renamed
 //! into place (a new record), and then judges under the shared lock (see the
-//! module above). The wake-ups are few: four records and one close per run.
+//! module above). The wake-ups are few: each of meshwrap's four records
+//! per run (a create, a close and a rename) and the close at its exit.
 //! Where the node has no inotify instance left for the guard's user, it looks
 //! every 50 ms instead of failing the pod (see `Events`).
 //!
@@ -86,66 +87,57 @@ impl<'d> Watch<'d> {
         start_timeout: Option<Duration>,
         signals: &mut Signals,
     ) -> io::Result<Outcome> {
-        watch(self.dir, &mut self.events, policy, start_timeout, signals).await
-    }
-}
-
-async fn watch(
-    dir: &Path,
-    events: &mut Events,
-    policy: QuitPolicy,
-    start_timeout: Option<Duration>,
-    signals: &mut Signals,
-) -> io::Result<Outcome> {
-    // Runs up to this generation have been judged (a restart is awaited).
-    let mut judged = 0;
-    let mut bound = start_timeout.map(|t| Box::pin(tokio::time::sleep(t)));
-    loop {
-        match judge(dir, judged)? {
-            Verdict::NotStarted => {}
-            // A run under way is not bound; only a start is.
-            Verdict::Running => bound = None,
-            Verdict::Over(record) => {
-                if record.policy != policy {
-                    log!(
-                        Warn,
-                        format!(
-                            "guard: meshwrap ran with --quit-policy {} but the guard has {}; following meshwrap's",
-                            record.policy.name(),
-                            policy.name()
-                        )
-                    );
-                }
-                match decide(&record) {
-                    Some(outcome) => return Ok(outcome),
-                    None => {
-                        // The kubelet restarts the container: the same bound
-                        // applies to the next run's start.
-                        judged = record.generation;
-                        bound = start_timeout.map(|t| Box::pin(tokio::time::sleep(t)));
+        let dir = self.dir;
+        // Runs up to this generation have been judged (a restart is awaited).
+        let mut judged = 0;
+        let mut bound = start_timeout.map(|t| Box::pin(tokio::time::sleep(t)));
+        loop {
+            match judge(dir, judged)? {
+                Verdict::NotStarted => {}
+                // A run under way is not bound; only a start is.
+                Verdict::Running => bound = None,
+                Verdict::Over(record) => {
+                    if record.policy != policy {
+                        log!(
+                            Warn,
+                            format!(
+                                "guard: meshwrap ran with --quit-policy {} but the guard has {}; following meshwrap's",
+                                record.policy.name(),
+                                policy.name()
+                            )
+                        );
+                    }
+                    match decide(&record) {
+                        Some(outcome) => return Ok(outcome),
+                        None => {
+                            // The kubelet restarts the container: the same bound
+                            // applies to the next run's start.
+                            judged = record.generation;
+                            bound = start_timeout.map(|t| Box::pin(tokio::time::sleep(t)));
+                        }
                     }
                 }
             }
-        }
-        let expired = async {
-            match bound.as_mut() {
-                Some(sleep) => sleep.await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            result = events.changed() => result?,
-            () = expired => {
-                // A run may have begun as the bound ran out: judged again above.
-                if let Verdict::NotStarted = judge(dir, judged)? {
-                    return Ok(never_started(policy, start_timeout.unwrap_or_default()));
+            let expired = async {
+                match bound.as_mut() {
+                    Some(sleep) => sleep.await,
+                    None => std::future::pending().await,
                 }
+            };
+            tokio::select! {
+                result = self.events.changed() => result?,
+                () = expired => {
+                    // A run may have begun as the bound ran out: judged again above.
+                    if let Verdict::NotStarted = judge(dir, judged)? {
+                        return Ok(never_started(policy, start_timeout.unwrap_or_default()));
+                    }
+                }
+                sig = signals.recv() => match sig {
+                    sig if signals::is_termination(sig) => return Ok(Outcome::Stopped(sig)),
+                    libc::SIGCHLD => supervise::reap_orphans(),
+                    _ => {}
+                },
             }
-            sig = signals.recv() => match sig {
-                sig if signals::is_termination(sig) => return Ok(Outcome::Stopped(sig)),
-                libc::SIGCHLD => supervise::reap_orphans(),
-                _ => {}
-            },
         }
     }
 }
