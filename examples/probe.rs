@@ -14,8 +14,11 @@
 //!   at a time until the kernel kills it (an OOM kill under a memory limit);
 //!   at 1 GiB it gives up, prints `no limit` and exits 3.
 //!
-//! It blocks signals and takes them with `sigwaitinfo` instead of installing
-//! handlers, so no signal can arrive before it is ready to report it.
+//! - `probe subreaper`: prints `subreaper 1` if it is a child subreaper
+//!   (it would adopt its orphaned descendants), `subreaper 0` if not.
+//!
+//! It blocks signals and takes them with `rt_sigtimedwait` instead of
+//! installing handlers, so no signal can arrive before it is ready to report it.
 
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
@@ -28,8 +31,9 @@ fn main() {
         ["signals", "--fork"] => fork_signals(),
         ["orphans", n] => orphans(n.parse().expect("orphans N")),
         ["hog"] => hog(),
+        ["subreaper"] => subreaper(),
         _ => {
-            eprintln!("usage: probe signals [--fork] | orphans N | hog");
+            eprintln!("usage: probe signals [--fork] | orphans N | hog | subreaper");
             std::process::exit(2);
         }
     }
@@ -41,36 +45,53 @@ fn say(line: &str) {
     let _ = out.flush();
 }
 
-fn catchable() -> libc::sigset_t {
-    // SAFETY: sigset_t is plain data, initialised by sigfillset before use.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut set);
-        libc::sigdelset(&mut set, libc::SIGCHLD);
-        set
-    }
-}
+/// Every signal but SIGCHLD as the kernel's 64-bit mask: libc's sigset
+/// functions leave out the signals libc reserves (32-34), which meshwrap
+/// forwards too, so the probe talks to the kernel directly.
+static CATCHABLE: u64 = !(1 << (libc::SIGCHLD - 1));
 
 fn block_all() {
-    let set = catchable();
-    // SAFETY: `set` is initialised; the old mask is not needed.
-    unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    // SAFETY: rt_sigprocmask reads the 8-byte mask; the old mask is not asked for.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_BLOCK,
+            &raw const CATCHABLE,
+            std::ptr::null_mut::<u64>(),
+            8usize,
+        )
+    };
 }
 
 fn signals(prefix: &str) -> ! {
     block_all();
     say(&format!("{prefix}ready"));
-    let set = catchable();
     loop {
-        // SAFETY: `set` is initialised; a null siginfo pointer is allowed.
-        let sig = unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
+        // SAFETY: rt_sigtimedwait reads the 8-byte mask; no siginfo, no timeout.
+        let sig = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigtimedwait,
+                &raw const CATCHABLE,
+                std::ptr::null_mut::<libc::siginfo_t>(),
+                std::ptr::null::<libc::timespec>(),
+                8usize,
+            )
+        };
         if sig > 0 {
             say(&format!("{prefix}signal {sig}"));
-            if sig == libc::SIGTERM {
+            if sig == libc::SIGTERM as i64 {
                 std::process::exit(0);
             }
         }
     }
+}
+
+/// Whether this process would adopt its orphaned descendants.
+fn subreaper() {
+    let mut flag: libc::c_int = 0;
+    // SAFETY: PR_GET_CHILD_SUBREAPER writes one int to the pointer given.
+    unsafe { libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &raw mut flag) };
+    say(&format!("subreaper {flag}"));
 }
 
 fn fork_signals() -> ! {

@@ -70,8 +70,10 @@ fn arguments_are_passed_as_given_without_a_shell() {
 
 #[test]
 fn on_a_terminal_the_command_gets_the_foreground() {
-    if !std::path::Path::new("/usr/bin/script").exists() {
-        println!("skipped on_a_terminal_the_command_gets_the_foreground: /usr/bin/script (util-linux) is missing");
+    if skip_unless_able(
+        "on_a_terminal_the_command_gets_the_foreground",
+        lacks(&["/usr/bin/script"]),
+    ) {
         return;
     }
     let sidecar = FakeSidecar::ready();

@@ -1,18 +1,14 @@
 //! meshwrap as PID 1 of its own PID namespace, as in a container: orphans are
 //! reaped, SIGTERM is forwarded, the exit status is right. Needs root for
-//! `unshare --pid`; elsewhere each test says it was skipped and why. When not
-//! PID 1, meshwrap is a child subreaper, and the same reaping test runs there.
+//! `unshare --pid`; elsewhere each test says it was skipped and why, and in
+//! CI (POD_TESTS_REQUIRED) it fails instead. When not PID 1, meshwrap is a
+//! child subreaper, and the same reaping test runs there.
 
 use crate::support::*;
 
 /// `unshare --pid --fork --mount-proc meshwrap ...`, or `None` with the reason printed.
 fn as_pid1(test: &str) -> Option<Meshwrap> {
-    if !is_root() {
-        println!("skipped {test}: needs root for unshare --pid (run the tests as root, as CI does)");
-        return None;
-    }
-    if !std::path::Path::new("/usr/bin/unshare").exists() {
-        println!("skipped {test}: /usr/bin/unshare is missing (util-linux)");
+    if skip_unless_able(test, lacks_root_or(&["/usr/bin/unshare"])) {
         return None;
     }
     let mut mw = Meshwrap::program("/usr/bin/unshare");
@@ -69,5 +65,23 @@ fn as_subreaper_orphans_are_reaped() {
     let ppid = mw.wait_for(Stream::Stdout, "ppid ", false);
     assert_eq!(ppid, format!("ppid {}", mw.pid()), "the probe's parent is meshwrap");
     mw.close_stdin();
+    mw.finish().assert_code(0);
+}
+
+#[test]
+fn as_pid1_the_libc_reserved_signals_32_to_34_reach_the_command() {
+    let Some(mut mw) = as_pid1("as_pid1_the_libc_reserved_signals") else {
+        return;
+    };
+    let mut mw = mw.args(["--sidecar", "none", &probe_bin(), "signals"]).spawn();
+    mw.wait_stdout("ready");
+    let meshwrap = crate::support::pod::child_of(mw.pid());
+    for sig in [32, 33, 34] {
+        // SAFETY: kill takes plain integers.
+        assert_eq!(unsafe { libc::kill(meshwrap, sig) }, 0);
+        mw.wait_stdout(&format!("signal {sig}"));
+    }
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(meshwrap, libc::SIGTERM) }, 0);
     mw.finish().assert_code(0);
 }

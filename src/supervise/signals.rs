@@ -45,11 +45,19 @@ const NOT_FORWARDED: [c_int; 10] = [
     libc::SIGSYS,
 ];
 
-/// Every signal meshwrap forwards: 1-31 but the above, and the real-time ones.
+/// The kernel's signals: 1 to 64. Above 31 all are real-time signals to
+/// the kernel, though each libc keeps the first few (32-33 in glibc, 32-34
+/// in musl) for itself and starts its `SIGRTMIN` after them.
+const LAST: c_int = 64;
+
+/// Every signal meshwrap forwards: 1-31 but the above, and every real-time
+/// signal, the libc-reserved 32-34 included. Those are ordinary signals to
+/// the command (a glibc program calls 34 SIGRTMIN), and a signal meshwrap
+/// neither blocks nor handles would kill it (162 for 34) or, as PID 1, be
+/// dropped; meshwrap uses no libc feature that needs them (thread
+/// cancellation, timers with thread notification, setuid across threads).
 pub fn forwardable() -> impl Iterator<Item = c_int> {
-    (1..32)
-        .filter(|s| !NOT_FORWARDED.contains(s))
-        .chain(libc::SIGRTMIN()..=libc::SIGRTMAX())
+    (1..=LAST).filter(|s| !NOT_FORWARDED.contains(s))
 }
 
 /// The signals that stop the readiness wait: the ones that mean "shut down".
@@ -57,16 +65,33 @@ pub fn is_termination(sig: c_int) -> bool {
     matches!(sig, libc::SIGTERM | libc::SIGINT | libc::SIGHUP | libc::SIGQUIT)
 }
 
-/// The set meshwrap blocks and reads: SIGCHLD and every forwardable signal.
-fn received() -> libc::sigset_t {
-    // SAFETY: sigemptyset initialises the set before sigaddset adds to it.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in forwardable().chain([libc::SIGCHLD]) {
-            libc::sigaddset(&mut set, sig);
-        }
-        set
+/// The set meshwrap blocks and reads, SIGCHLD and every forwardable
+/// signal, as the kernel's 64-bit mask (bit n-1 for signal n). Raw, because
+/// both libcs refuse to put their reserved signals into a `sigset_t`.
+fn received() -> u64 {
+    forwardable()
+        .chain([libc::SIGCHLD])
+        .fold(0, |mask, sig| mask | 1 << (sig - 1))
+}
+
+/// Sets the calling thread's mask to exactly `mask` (kernel form).
+/// Async-signal-safe, so the spawn hook uses it too.
+fn set_mask(mask: u64) -> io::Result<()> {
+    // SAFETY: rt_sigprocmask reads 8 bytes from `mask`, which outlives the
+    // call, and writes nothing (no old mask asked for).
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &raw const mask,
+            std::ptr::null_mut::<u64>(),
+            size_of::<u64>(),
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -77,12 +102,7 @@ pub fn block() -> io::Result<()> {
     // itself, status and all; blocking does not stop that, the default does.
     // SAFETY: signal takes plain integers; SIG_DFL installs no handler.
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
-    let set = received();
-    // SAFETY: `set` is a valid, initialised sigset_t.
-    match unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) } {
-        0 => Ok(()),
-        e => Err(io::Error::from_raw_os_error(e)),
-    }
+    set_mask(received())
 }
 
 pub struct Signals {
@@ -98,8 +118,17 @@ impl Signals {
     /// after `block`.
     pub fn install() -> io::Result<Signals> {
         let set = received();
-        // SAFETY: `set` is initialised; -1 asks for a new descriptor.
-        let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) };
+        // SAFETY: signalfd4 reads the 8-byte mask, which outlives the call;
+        // -1 asks for a new descriptor.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_signalfd4,
+                -1,
+                &raw const set,
+                size_of::<u64>(),
+                libc::SFD_NONBLOCK | libc::SFD_CLOEXEC,
+            )
+        } as c_int;
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -143,9 +172,10 @@ fn read_signals(fd: c_int, me: u32, into: &mut VecDeque<c_int>) -> io::Result<()
     let count = n as usize / size_of::<libc::signalfd_siginfo>();
     for info in &infos[..count] {
         let sig = info.ssi_signo as c_int;
-        // The kernel raises SIGPIPE for a write of meshwrap's own to a closed pipe
-        // (its stderr gone) in meshwrap's name; that one is not the command's business.
-        if sig == libc::SIGPIPE && info.ssi_pid == me {
+        // The kernel raises SIGPIPE for a write of meshwrap's own to a closed
+        // pipe (its stderr gone), and SIGXFSZ for one past RLIMIT_FSIZE (its
+        // stderr a file), in meshwrap's name; neither is the command's business.
+        if matches!(sig, libc::SIGPIPE | libc::SIGXFSZ) && info.ssi_pid == me {
             continue;
         }
         into.push_back(sig);
@@ -153,20 +183,10 @@ fn read_signals(fd: c_int, me: u32, into: &mut VecDeque<c_int>) -> io::Result<()
     Ok(())
 }
 
-/// Clears the calling thread's signal mask. Async-signal-safe, so the spawn
-/// hook uses it too.
+/// Clears the calling thread's signal mask, libc-reserved signals included.
+/// Async-signal-safe, so the spawn hook uses it too.
 pub fn unblock_all() -> io::Result<()> {
-    // SAFETY: `empty` is a valid sigset_t, initialised by sigemptyset before use.
-    let result = unsafe {
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut())
-    };
-    if result == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::from_raw_os_error(result))
-    }
+    set_mask(0)
 }
 
 /// `SIGTERM`, `SIGRTMIN+3`, ... for logs.
@@ -234,6 +254,10 @@ mod tests {
             assert!(!all.contains(&sig), "{}", name(sig));
         }
         assert!(all.contains(&libc::SIGRTMIN()) && all.contains(&libc::SIGRTMAX()));
+        for reserved in 32..=34 {
+            assert!(all.contains(&reserved), "signal {reserved}");
+        }
+        assert_eq!(received().count_ones() as usize, all.len() + 1);
     }
 
     #[test]

@@ -21,3 +21,32 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// Skips the test with a printed reason when `missing` names what it lacks
+/// (root, a tool), unless POD_TESTS_REQUIRED is set: CI sets it, so there
+/// a test that cannot run fails instead of passing unseen.
+pub fn skip_unless_able(test: &str, missing: Option<String>) -> bool {
+    let Some(why) = missing else { return false };
+    assert!(
+        std::env::var_os("POD_TESTS_REQUIRED").is_none(),
+        "{test} cannot run: {why}"
+    );
+    println!("skipped {test}: {why}");
+    true
+}
+
+/// What a test that needs `tools` and root lacks here, if anything.
+pub fn lacks_root_or(tools: &[&str]) -> Option<String> {
+    if !is_root() {
+        return Some("needs root (run the tests as root, as CI does)".into());
+    }
+    lacks(tools)
+}
+
+/// The first of `tools` that is missing here, if any.
+pub fn lacks(tools: &[&str]) -> Option<String> {
+    tools
+        .iter()
+        .find(|tool| !std::path::Path::new(tool).exists())
+        .map(|tool| format!("{tool} is missing (CI installs it)"))
+}

@@ -37,29 +37,13 @@ pub const STUCK_AFTER: Duration = Duration::from_secs(2);
 
 /// Why the pod tests cannot run here, if they cannot.
 pub fn unavailable() -> Option<String> {
-    if !super::is_root() {
-        return Some("needs root for network and PID namespaces".into());
-    }
-    for tool in ["/usr/sbin/ip", "/usr/sbin/iptables", "/usr/bin/unshare"] {
-        if !Path::new(tool).exists() {
-            return Some(format!(
-                "{tool} is missing (apt-get install iproute2 iptables util-linux)"
-            ));
-        }
-    }
-    None
+    super::lacks_root_or(&["/usr/sbin/ip", "/usr/sbin/iptables", "/usr/bin/unshare"])
 }
 
 /// Skips the test with a printed reason, unless POD_TESTS_REQUIRED is set
 /// (CI sets it, so there a missing tool fails instead of skipping).
 pub fn skip(test: &str) -> bool {
-    let Some(why) = unavailable() else { return false };
-    assert!(
-        std::env::var_os("POD_TESTS_REQUIRED").is_none(),
-        "{test} cannot run: {why}"
-    );
-    println!("skipped {test}: {why}");
-    true
+    super::skip_unless_able(test, unavailable())
 }
 
 fn fakemesh_bin() -> String {
