@@ -11,8 +11,22 @@ use std::time::Duration;
 pub const ACCEPTS: &str = "a duration such as 500ms, 10s, 2m, 1h or 1m30s, or a number of seconds";
 
 /// Parses a duration; `None` when the text is not one.
+///
+/// Only a value written as zero is zero: one too small for a nanosecond
+/// (`0.0000000001s`) is a nanosecond, since zero means "no bound" to some
+/// options and a tiny bound must never turn into none.
 pub fn parse(text: &str) -> Option<Duration> {
     let text = text.trim();
+    let parsed = parse_exact(text)?;
+    let written_as_zero = !text.contains(|c: char| ('1'..='9').contains(&c));
+    Some(if parsed.is_zero() && !written_as_zero {
+        Duration::from_nanos(1)
+    } else {
+        parsed
+    })
+}
+
+fn parse_exact(text: &str) -> Option<Duration> {
     if text.is_empty() {
         return None;
     }
@@ -91,6 +105,16 @@ mod tests {
         ];
         for (text, ms) in cases {
             assert_eq!(parse(text).map(|d| d.as_millis()), Some(ms), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_value_too_small_for_a_nanosecond_is_not_zero() {
+        for text in ["0.0000000001s", "0.1ns", "0.0000000000001"] {
+            assert_eq!(parse(text), Some(Duration::from_nanos(1)), "{text}");
+        }
+        for text in ["0", "0s", "0.0", "0h0m"] {
+            assert_eq!(parse(text), Some(Duration::ZERO), "{text}");
         }
     }
 

@@ -104,11 +104,23 @@ fn text_line(level: Level, msg: &str, fields: &[(&str, Value)]) -> String {
         line.push_str(level.name());
         line.push_str(": ");
     }
-    line.push_str(msg);
+    // A control character in a message (which may quote a user's value)
+    // could end the line or move the cursor: it is written escaped.
+    for c in msg.chars() {
+        if c.is_control() {
+            line.extend(c.escape_debug());
+        } else {
+            line.push(c);
+        }
+    }
     for (key, value) in fields {
         let _ = match value {
             Value::Num(n) => write!(line, " {key}={n}"),
-            Value::Str(s) if s.is_empty() || s.contains([' ', '"', '=']) => {
+            // Quoted with Rust's escapes, so a newline or an escape sequence
+            // in a command name cannot print a line meshwrap did not write.
+            Value::Str(s)
+                if s.is_empty() || s.contains(|c: char| c == ' ' || c == '"' || c == '=' || c.is_control()) =>
+            {
                 write!(line, " {key}={s:?}")
             }
             Value::Str(s) => write!(line, " {key}={s}"),
@@ -186,6 +198,19 @@ mod tests {
         assert_eq!(
             line,
             "meshwrap: warn: quit failed url=http://x/q why=\"timed out\" ms=5\n"
+        );
+    }
+
+    #[test]
+    fn text_escapes_control_characters() {
+        let line = text_line(
+            Level::Info,
+            "bad\rmsg",
+            &[("command", "x\nmeshwrap: sidecar quit\u{1b}[2K".into())],
+        );
+        assert_eq!(
+            line,
+            "meshwrap: bad\\rmsg command=\"x\\nmeshwrap: sidecar quit\\u{1b}[2K\"\n"
         );
     }
 

@@ -41,24 +41,22 @@ pub struct Scuttle {
     pub log_level: Option<(Level, &'static str)>,
 }
 
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-fn is_true(name: &'static str) -> Option<&'static str> {
-    (var(name).as_deref() == Some("true")).then_some(name)
-}
-
-fn go_duration(name: &'static str) -> Result<Option<Duration>, String> {
-    var(name)
-        .map(|v| {
-            duration::parse(&v).ok_or_else(|| format!("invalid {name} '{v}': expected a Go duration such as 1m30s"))
-        })
-        .transpose()
-}
-
-/// Reads scuttle's variables; `None` when none of them is set.
+/// Reads scuttle's variables from the environment; `None` when none is set.
 pub fn from_env() -> Result<Option<Scuttle>, String> {
+    from_vars(|name| std::env::var(name).ok())
+}
+
+/// Reads scuttle's variables through `get`; `None` when none of them is set.
+pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Option<Scuttle>, String> {
+    let var = |name: &str| get(name).filter(|v| !v.is_empty());
+    let is_true = |name: &'static str| (var(name).as_deref() == Some("true")).then_some(name);
+    let go_duration = |name: &'static str| -> Result<Option<Duration>, String> {
+        var(name)
+            .map(|v| {
+                duration::parse(&v).ok_or_else(|| format!("invalid {name} '{v}': expected a Go duration such as 1m30s"))
+            })
+            .transpose()
+    };
     if !VARS.iter().any(|name| var(name).is_some()) {
         return Ok(None);
     }

@@ -87,19 +87,87 @@ fn server_errors_are_retried_until_accepted() {
 }
 
 #[test]
-fn a_hanging_quit_endpoint_is_bounded_by_the_quit_timeout() {
+fn a_quit_that_went_out_unanswered_is_waited_for_within_the_quit_timeout_and_not_resent() {
     let sidecar = FakeSidecar::ready();
     sidecar.set_quit(&[Reply::Hang]);
     let run = wrapped(&sidecar)
-        .args(["--quit-timeout", "300ms", "sh", "-c", "exit 42"])
+        .args([
+            "--quit-timeout",
+            "300ms",
+            "--request-timeout",
+            "50ms",
+            "sh",
+            "-c",
+            "exit 42",
+        ])
         .run();
     run.assert_code(42)
-        .assert_stderr_has("gave up when --quit-timeout ran out");
+        .assert_stderr_has("warn: quit sent, no answer within 300ms")
+        .assert_stderr_lacks("could not quit");
+    assert_eq!(sidecar.quits(), 1, "a quit that went out is never sent again");
     // The fake holds the connection for as long as the test lives; meshwrap must not.
     run.check(
         run.elapsed < std::time::Duration::from_secs(10),
         "meshwrap waited on a hanging quit",
     );
+}
+
+#[test]
+fn a_quit_answered_after_the_request_timeout_is_sent_once() {
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_quit(&[Reply::Late(1500, 200)]);
+    wrapped(&sidecar)
+        .args(["--request-timeout", "1s", "sh", "-c", "exit 3"])
+        .run()
+        .assert_code(3)
+        .assert_stderr_has("sidecar quit")
+        .assert_stderr_lacks("warn");
+    assert_eq!(sidecar.quits(), 1);
+}
+
+#[test]
+fn the_same_quit_url_given_twice_and_by_a_preset_is_posted_once() {
+    let (ready, quit) = FakeSidecar::pair(-1);
+    let url = quit.quit_url().replace("http://", "HTTP://");
+    Meshwrap::new()
+        .args(["--sidecar", &format!("istio=127.0.0.1:{}", ready.port())])
+        .args(["--quit-url", &quit.quit_url(), "--quit-url", &url, "true"])
+        .run()
+        .assert_code(0);
+    assert_eq!(quit.quits(), 1);
+}
+
+#[test]
+fn without_a_wait_a_sidecar_that_exits_on_quit_without_answering_is_told_once() {
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_quit(&[Reply::ExitWithoutAnswer]);
+    let run = wrapped(&sidecar).args(["--no-wait", "sh", "-c", "exit 6"]).run();
+    run.assert_code(6)
+        .assert_stderr_has("its port now refuses: it exited")
+        .assert_stderr_lacks("error");
+    assert_eq!(sidecar.quits(), 1);
+}
+
+#[test]
+fn the_smallest_quit_timeout_still_sends_the_quit() {
+    let sidecar = FakeSidecar::ready();
+    wrapped(&sidecar)
+        .args(["--quit-timeout", "1ns", "true"])
+        .run()
+        .assert_code(0);
+    sidecar.wait_for("one quit", |requests| requests.iter().any(|r| r.method == "POST"));
+    assert_eq!(sidecar.quits(), 1);
+}
+
+#[test]
+fn a_quit_timeout_beyond_the_clock_keeps_the_status_and_quits() {
+    let sidecar = FakeSidecar::ready();
+    wrapped(&sidecar)
+        .args(["--quit-timeout", "4000000000000000h", "sh", "-c", "exit 9"])
+        .run()
+        .assert_code(9)
+        .assert_stderr_has("sidecar quit");
+    assert_eq!(sidecar.quits(), 1);
 }
 
 #[test]
@@ -133,7 +201,7 @@ fn a_sidecar_seen_ready_that_now_refuses_is_already_gone() {
 fn a_sidecar_never_seen_ready_is_retried_while_refusing() {
     let sidecar = FakeSidecar::refusing();
     let mut mw = wrapped(&sidecar).args(["-v", "--no-wait", "true"]).spawn();
-    mw.wait_stderr("quit failed, retrying");
+    mw.wait_stderr("quit not taken, retrying");
     sidecar.listen();
     mw.finish().assert_code(0).assert_stderr_has("sidecar quit");
     assert_eq!(sidecar.quits(), 1);

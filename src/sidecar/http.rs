@@ -55,8 +55,8 @@ enum Host {
 impl Endpoint {
     /// Parses an `http://` URL; the error says what is wrong with it.
     pub fn parse(url: &str) -> Result<Endpoint, String> {
-        let Some(rest) = url.strip_prefix("http://") else {
-            return Err(if url.starts_with("https://") {
+        let Some(rest) = strip_scheme(url, "http://") else {
+            return Err(if strip_scheme(url, "https://").is_some() {
                 "https is not supported (sidecar admin endpoints are plain http)".into()
             } else {
                 "it does not start with http://".into()
@@ -78,6 +78,11 @@ impl Endpoint {
             return Err("user information in the URL is not supported".into());
         }
         let (host, port) = split_host_port(authority)?;
+        if !host.starts_with('[') && host.contains(':') {
+            return Err(format!(
+                "'{authority}': an IPv6 address must be in brackets, as in http://[::1]:15021/"
+            ));
+        }
         let host = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
             Host::Ip(IpAddr::V6(
                 v6.parse().map_err(|_| format!("'{host}' is not an IPv6 address"))?,
@@ -119,6 +124,12 @@ impl Endpoint {
             .map(|_| self.port)
     }
 
+    /// Whether both name the same resource (same host, port and target),
+    /// however each was written.
+    pub fn same_resource(&self, other: &Endpoint) -> bool {
+        (&self.host, self.port, &self.target) == (&other.host, other.port, &other.target)
+    }
+
     /// The socket addresses to try, in order.
     async fn addrs(&self) -> io::Result<Vec<SocketAddr>> {
         match &self.host {
@@ -127,6 +138,12 @@ impl Endpoint {
             Host::Name(name) => Ok(tokio::net::lookup_host((name.as_str(), self.port)).await?.collect()),
         }
     }
+}
+
+/// `url` after `scheme`, which is matched case-insensitively (RFC 3986).
+fn strip_scheme<'a>(url: &'a str, scheme: &str) -> Option<&'a str> {
+    let written = url.get(..scheme.len())?;
+    written.eq_ignore_ascii_case(scheme).then(|| &url[scheme.len()..])
 }
 
 fn split_host_port(authority: &str) -> Result<(&str, u16), String> {
@@ -141,7 +158,7 @@ fn split_host_port(authority: &str) -> Result<(&str, u16), String> {
     let port = match port {
         None => 80,
         Some(p) => match p.parse::<u16>() {
-            Ok(p) if p > 0 => p,
+            Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
             _ => return Err(format!("'{p}' is not a port number (1-65535)")),
         },
     };
@@ -155,6 +172,9 @@ pub enum Failure {
     Refused,
     /// No answer within the request timeout.
     TimedOut,
+    /// The request went out (a quit), and no answer came before the caller's
+    /// bound: the sidecar may have acted on it.
+    Unanswered,
     /// The peer closed or reset the connection before answering.
     Closed,
     /// The peer answered something that is not HTTP/1.
@@ -168,6 +188,7 @@ impl std::fmt::Display for Failure {
         match self {
             Failure::Refused => f.write_str("connection refused"),
             Failure::TimedOut => f.write_str("timed out"),
+            Failure::Unanswered => f.write_str("sent, no answer in time"),
             Failure::Closed => f.write_str("connection closed before a response"),
             Failure::Garbage(e) => write!(f, "invalid response: {e}"),
             Failure::Io(e) => write!(f, "{e}"),
@@ -257,12 +278,23 @@ fn connect_refused(addr: SocketAddr) -> bool {
 
 /// Sends one request with an empty body on a new connection; returns the
 /// response status code.
-pub async fn request(endpoint: &Endpoint, method: Method, timeout: Duration) -> Result<u16, Failure> {
-    within(timeout, async {
-        let request = endpoint.request(method);
-        Connection::open(endpoint).await?.send(request).await
-    })
-    .await
+///
+/// Two bounds, because a request that went out may have been acted on: the
+/// connect is bounded by `connect_timeout` (`TimedOut`: nothing was sent),
+/// the answer by `answer_within` (`Unanswered`: it was sent). The request
+/// itself, a hundred bytes on a new connection, goes into the socket buffer
+/// at the first poll of the answer's wait, so even a zero `answer_within`
+/// sends it.
+pub async fn request(
+    endpoint: &Endpoint,
+    method: Method,
+    connect_timeout: Duration,
+    answer_within: Duration,
+) -> Result<u16, Failure> {
+    let mut connection = within(connect_timeout, Connection::open(endpoint)).await?;
+    tokio::time::timeout(answer_within, connection.send(endpoint.request(method)))
+        .await
+        .unwrap_or(Err(Failure::Unanswered))
 }
 
 /// GETs the endpoint on `kept`'s connection if the sidecar has kept it open,
@@ -486,6 +518,8 @@ mod tests {
         );
         let e = Endpoint::parse("http://h:1?x=1").unwrap();
         assert_eq!(e.target, "/?x=1");
+        let e = Endpoint::parse("HTTP://127.0.0.1:15020/quitquitquit").unwrap();
+        assert_eq!((e.port, e.target.to_string().as_str()), (15020, "/quitquitquit"));
     }
 
     #[test]
@@ -503,6 +537,12 @@ mod tests {
             "http://u@h/",
             "http://h h/",
             "http://h/a b",
+            "http://2001:db8::1:8080/",
+            "http://::1:15021/",
+            "http://::1/",
+            "http://h:+80/",
+            "http://h:080x/",
+            "HTTPS://h/",
             "",
         ] {
             assert!(Endpoint::parse(url).is_err(), "{url:?}");

@@ -87,10 +87,23 @@ pub fn plan(ready: &[Target], quit: &[Target], native: Native, annotations: &std
         }
         _ => {}
     }
+    let ready: Vec<Target> = ready.iter().filter(kept).cloned().collect();
     Plan {
-        ready: ready.iter().filter(kept).map(|t| t.endpoint.clone()).collect(),
-        quit,
+        ready: distinct(ready).into_iter().map(|t| t.endpoint).collect(),
+        quit: distinct(quit),
     }
+}
+
+/// One target per resource, the first kept (a preset's, with its quirks,
+/// before the same URL given again with --quit-url): a sidecar is told once.
+fn distinct(targets: Vec<Target>) -> Vec<Target> {
+    let mut kept: Vec<Target> = Vec::with_capacity(targets.len());
+    for target in targets {
+        if !kept.iter().any(|k| k.endpoint.same_resource(&target.endpoint)) {
+            kept.push(target);
+        }
+    }
+    kept
 }
 
 fn is_istio(target: &Target) -> bool {

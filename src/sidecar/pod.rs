@@ -30,15 +30,48 @@ pub struct Facts {
     pub linkerd_absent: Option<String>,
 }
 
+/// The largest annotations file read. Kubernetes caps a pod's annotations at
+/// 256 KiB in all; Go's quoting can make the file up to four times that.
+pub const MAX_FILE: u64 = 1024 * 1024;
+
 /// Reads the annotations file. `Ok(None)`: no file (nothing known).
-/// `Err`: a file that is not in the Downward API's format.
+/// `Err`: a file that is not a regular file of at most [`MAX_FILE`] bytes in
+/// the Downward API's format.
 pub fn read(path: &Path) -> Result<Option<Facts>, String> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match read_bounded(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e.to_string()),
     };
     facts(&parse(&text)?).map(Some)
+}
+
+/// The file's text, read only if it is a regular file within the bound.
+///
+/// Opened non-blocking, so a FIFO given by mistake cannot hang the open
+/// (meshwrap reads no signal until the wait begins); only a regular file is
+/// then read, since a FIFO, a device (`/dev/zero`) or a socket can block the
+/// read or never end it. A regular file can still be larger than it said, so
+/// the read itself is bounded too.
+fn read_bounded(path: &Path) -> std::io::Result<String> {
+    use std::io::{Error, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(Error::other("it is not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE {
+        return Err(Error::other(format!(
+            "it is larger than {} KiB, more than any pod's annotations",
+            MAX_FILE / 1024
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| Error::other("it is not UTF-8"))
 }
 
 /// Parses the Downward API's format: one `key="value"` per line, the value
@@ -212,41 +245,64 @@ mod json {
                 }
             }
         }
+        /// Skips one value of any depth. Iterative: the closers still owed
+        /// are a stack on the heap, so a value nested 80,000 deep (160 KB,
+        /// within the annotation limit) costs memory, not the thread's stack.
         fn skip_value(&mut self) -> Result<(), String> {
-            match self.peek() {
-                Some(b'"') => self.string().map(drop),
-                Some(open @ (b'[' | b'{')) => {
-                    let close = if open == b'[' { b']' } else { b'}' };
-                    self.i += 1;
-                    while self.peek() != Some(close) {
-                        if open == b'{' {
+            let mut owed: Vec<u8> = Vec::new();
+            loop {
+                match self.peek() {
+                    Some(b'"') => self.string().map(drop)?,
+                    Some(open @ (b'[' | b'{')) => {
+                        self.i += 1;
+                        let close = if open == b'[' { b']' } else { b'}' };
+                        if self.peek() == Some(close) {
+                            self.i += 1;
+                        } else {
+                            owed.push(close);
+                            if close == b'}' {
+                                self.string()?;
+                                self.expect(b':')?;
+                            }
+                            continue;
+                        }
+                    }
+                    Some(_) => self.scalar()?,
+                    None => return Err("an unexpected end".into()),
+                }
+                // After a value: close what it ends, or go on to the next element.
+                loop {
+                    let Some(&close) = owed.last() else { return Ok(()) };
+                    match self.next() {
+                        Some(b',') if close == b'}' => {
                             self.string()?;
                             self.expect(b':')?;
+                            break;
                         }
-                        self.skip_value()?;
-                        if self.peek() == Some(b',') {
-                            self.i += 1;
+                        Some(b',') => break,
+                        Some(c) if c == close => {
+                            owed.pop();
                         }
-                    }
-                    self.i += 1;
-                    Ok(())
-                }
-                Some(_) => {
-                    let start = self.i;
-                    while self
-                        .s
-                        .get(self.i)
-                        .is_some_and(|c| c.is_ascii_alphanumeric() || b"+-.".contains(c))
-                    {
-                        self.i += 1;
-                    }
-                    if self.i == start {
-                        Err("an unexpected character".into())
-                    } else {
-                        Ok(())
+                        _ => return Err(format!("expected ',' or '{}'", close as char)),
                     }
                 }
-                None => Err("an unexpected end".into()),
+            }
+        }
+
+        /// A number, `true`, `false` or `null`, loosely.
+        fn scalar(&mut self) -> Result<(), String> {
+            let start = self.i;
+            while self
+                .s
+                .get(self.i)
+                .is_some_and(|c| c.is_ascii_alphanumeric() || b"+-.".contains(c))
+            {
+                self.i += 1;
+            }
+            if self.i == start {
+                Err("an unexpected character".into())
+            } else {
+                Ok(())
             }
         }
     }
@@ -283,5 +339,32 @@ sidecar.istio.io/status="{\"initContainers\":[\"istio-init\",\"istio-proxy\"],\"
         let linkerd = facts(&parse("linkerd.io/proxy-version=\"edge-24.11.8\"").unwrap()).unwrap();
         assert!(linkerd.linkerd_absent.is_none());
         assert!(facts(&parse("sidecar.istio.io/status=\"{not json\"").unwrap()).is_err());
+    }
+
+    #[test]
+    fn skips_values_of_any_shape_and_depth() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        for (status, native) in [
+            (format!(r#"{{"a":{deep},"initContainers":["istio-proxy"]}}"#), true),
+            (
+                r#"{"a":{"b":[1,{"c":null}],"d":{}},"e":[],"initContainers":["x"]}"#.into(),
+                false,
+            ),
+            (r#"{"a":true,"b":-1.5e3,"initContainers":null}"#.into(), false),
+        ] {
+            assert_eq!(
+                json::string_array(&status, "initContainers").map(|v| v.contains(&"istio-proxy".to_string())),
+                Ok(native),
+                "{status:.80}"
+            );
+        }
+        for bad in [
+            format!(r#"{{"a":{}}}"#, "[".repeat(100_000)),
+            r#"{"a":[1 2]}"#.into(),
+            r#"{"a":{"b"}}"#.into(),
+            r#"{"a":[}"#.into(),
+        ] {
+            assert!(json::string_array(&bad, "initContainers").is_err(), "{bad:.80}");
+        }
     }
 }

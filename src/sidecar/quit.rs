@@ -1,12 +1,19 @@
-//! Quitting sidecars: POST each quit URL once, all in parallel, under one
-//! total budget.
+//! Quitting sidecars: POST each distinct quit URL once, all in parallel,
+//! under one total budget.
 //!
-//! A 2xx ends that URL for good, so no sidecar is ever told twice. Answers that
-//! a retry cannot change (403, 404, 405 and other 4xx) end it with an error that
-//! names the likely cause. Everything else (refused, reset, timed out, 5xx) is
-//! retried with a short backoff until the budget is spent, with one exception:
-//! a sidecar that was seen ready and now refuses connections has already exited
-//! (the kubelet or someone else stopped it), so there is nothing left to quit.
+//! "Once" is the contract: a quit that a sidecar may have acted on is never
+//! sent again. So a POST is retried only when the sidecar cannot have taken
+//! it: the connection was refused or could not be made, it was reset or
+//! closed before any answer, or the answer was 5xx. A POST that went out and
+//! gets no answer is waited for until the budget runs out, never resent
+//! (`--request-timeout` bounds only the connect). A 2xx ends that URL for
+//! good; other answers (4xx with its likely cause, 3xx, not HTTP) end it with
+//! an error. The first attempt goes out whatever the budget, so even
+//! `--quit-timeout 1ns` sends the quit.
+//!
+//! A port that refuses after the sidecar was reached (seen ready, or it took
+//! an earlier attempt and closed without answering) means the sidecar has
+//! exited: there is nothing left to quit, and nothing is retried.
 
 use std::time::Duration;
 
@@ -40,11 +47,14 @@ pub enum Outcome {
     Quit(u16),
     /// It was seen ready before and its port now refuses: it is gone.
     AlreadyGone,
-    /// Its preset exits before answering, and it closed the connection.
+    /// It closed the connection without answering and exited (its preset
+    /// does so, or its port refused the next attempt).
     ClosedAsItExited,
-    /// It answered a status that retrying cannot change.
-    Rejected(u16),
-    /// The budget ran out.
+    /// It answered something a retry cannot change.
+    Rejected,
+    /// The quit went out and no answer came within the budget.
+    Unanswered,
+    /// The budget ran out before any sidecar took the quit.
     GaveUp,
 }
 
@@ -56,9 +66,9 @@ pub async fn quit_all(
     seen_ready: bool,
     verify: bool,
 ) -> Vec<Outcome> {
-    let deadline = Instant::now() + budget;
+    let deadline = deadline_after(budget);
     super::join_all(targets.iter().map(|t| async move {
-        let outcome = quit_one(t, deadline, request_timeout, seen_ready).await;
+        let outcome = quit_one(t, budget, deadline, request_timeout, seen_ready).await;
         if verify && matches!(outcome, Outcome::Quit(_) | Outcome::ClosedAsItExited) {
             verify_gone(&t.endpoint, deadline).await;
         }
@@ -67,29 +77,35 @@ pub async fn quit_all(
     .await
 }
 
-async fn quit_one(target: &Target, deadline: Instant, request_timeout: Duration, seen_ready: bool) -> Outcome {
+/// `budget` from now; a budget too large for the clock means no bound in practice.
+fn deadline_after(budget: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(budget)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
+async fn quit_one(
+    target: &Target,
+    budget: Duration,
+    deadline: Instant,
+    request_timeout: Duration,
+    seen_ready: bool,
+) -> Outcome {
     let endpoint = &target.endpoint;
+    let url = endpoint.url.as_str();
     let started = Instant::now();
     let mut backoff = RETRY_FIRST;
     let mut attempts = 0u32;
+    // Whether an attempt reached the sidecar (it accepted the connection).
+    let mut reached = false;
     loop {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            log!(
-                Error,
-                "could not quit the sidecar: gave up when --quit-timeout ran out",
-                url = &endpoint.url,
-                attempts = attempts,
-                ms = started.elapsed().as_millis()
-            );
-            return Outcome::GaveUp;
-        }
         attempts += 1;
-        let result = http::request(endpoint, Method::POST, request_timeout.min(remaining)).await;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let result = http::request(endpoint, Method::POST, request_timeout, remaining).await;
         let ms = started.elapsed().as_millis();
         match result {
             Ok(status) if (200..300).contains(&status) => {
-                log!(Info, "sidecar quit", url = &endpoint.url, status = status, ms = ms);
+                log!(Info, "sidecar quit", url = url, status = status, ms = ms);
                 return Outcome::Quit(status);
             }
             // A sidecar that exits as it takes the quit may never answer it.
@@ -97,10 +113,40 @@ async fn quit_one(target: &Target, deadline: Instant, request_timeout: Duration,
                 log!(
                     Info,
                     "sidecar quit (it closed the connection as it exited)",
-                    url = &endpoint.url,
+                    url = url,
                     ms = ms
                 );
                 return Outcome::ClosedAsItExited;
+            }
+            Err(Failure::Refused) if reached => {
+                log!(
+                    Info,
+                    "sidecar quit (it closed the connection without answering, and its port now refuses: it exited)",
+                    url = url,
+                    ms = ms
+                );
+                return Outcome::ClosedAsItExited;
+            }
+            Err(Failure::Refused) if seen_ready => {
+                log!(
+                    Info,
+                    "sidecar already gone (its quit port refuses connections)",
+                    url = url,
+                    ms = ms
+                );
+                return Outcome::AlreadyGone;
+            }
+            Err(Failure::Unanswered) => {
+                log!(
+                    Warn,
+                    format!(
+                        "quit sent, no answer within {} (--quit-timeout); not sending it again",
+                        crate::duration::format(budget)
+                    ),
+                    url = url,
+                    ms = ms
+                );
+                return Outcome::Unanswered;
             }
             Ok(status) if (400..500).contains(&status) => {
                 let hint = target.preset.and_then(|p| p.not_found_hint).filter(|_| status == 404);
@@ -108,35 +154,53 @@ async fn quit_one(target: &Target, deadline: Instant, request_timeout: Duration,
                 log!(
                     Error,
                     format!("could not quit the sidecar: {cause}"),
-                    url = &endpoint.url,
+                    url = url,
                     status = status,
                     ms = ms
                 );
-                return Outcome::Rejected(status);
+                return Outcome::Rejected;
             }
-            Err(Failure::Refused) if seen_ready => {
+            Ok(status) if status < 500 => {
                 log!(
-                    Info,
-                    "sidecar already gone (its quit port refuses connections)",
-                    url = &endpoint.url,
+                    Error,
+                    format!("could not quit the sidecar: it answered HTTP {status}; not retrying"),
+                    url = url,
+                    status = status,
                     ms = ms
                 );
-                return Outcome::AlreadyGone;
+                return Outcome::Rejected;
             }
-            Ok(status) => log!(
+            Err(Failure::Garbage(ref what)) => {
+                log!(
+                    Error,
+                    "could not quit the sidecar: it answered something that is not HTTP; not retrying",
+                    url = url,
+                    error = what,
+                    ms = ms
+                );
+                return Outcome::Rejected;
+            }
+            // Not taken: 5xx, refused, reset or closed before an answer, no connection.
+            Ok(status) => log!(Debug, "quit not accepted yet, retrying", url = url, status = status),
+            Err(ref failure) => log!(
                 Debug,
-                "quit not accepted yet, retrying",
-                url = &endpoint.url,
-                status = status
-            ),
-            Err(failure) => log!(
-                Debug,
-                "quit failed, retrying",
-                url = &endpoint.url,
+                "quit not taken, retrying",
+                url = url,
                 error = &failure.to_string()
             ),
         }
+        reached |= !matches!(result, Err(Failure::Refused | Failure::TimedOut | Failure::Io(_)));
         let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            log!(
+                Error,
+                "could not quit the sidecar: it took no quit before --quit-timeout ran out",
+                url = url,
+                attempts = attempts,
+                ms = started.elapsed().as_millis()
+            );
+            return Outcome::GaveUp;
+        }
         tokio::time::sleep(backoff.min(remaining)).await;
         backoff = (backoff * 2).min(RETRY_MAX);
     }

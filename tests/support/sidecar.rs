@@ -27,6 +27,11 @@ pub enum Reply {
     Garbage,
     /// Closes the connection without answering.
     Close,
+    /// Closes the connection without answering and stops listening: a
+    /// sidecar that exits as it takes a quit.
+    ExitWithoutAnswer,
+    /// Answers this status only after this many milliseconds (a slow sidecar).
+    Late(u64, u16),
     /// Sends the head of an answer with this status at once and its body
     /// only after [`FakeSidecar::release_bodies`].
     HeldBody(u16),
@@ -323,7 +328,8 @@ fn answer(stream: &mut TcpStream, shared: &Shared, port: u16, id: usize) -> bool
         } else {
             replies[0].clone()
         };
-        let exit_after = state.exit_on_quit && path == state.quit_path && matches!(reply, Reply::Status(200..=299));
+        let exit_after = (state.exit_on_quit && path == state.quit_path && matches!(reply, Reply::Status(200..=299)))
+            || matches!(reply, Reply::ExitWithoutAnswer);
         state.requests.push(Request {
             method,
             path,
@@ -354,7 +360,12 @@ fn answer(stream: &mut TcpStream, shared: &Shared, port: u16, id: usize) -> bool
             let _ = stream.write_all(b"\x00\x01garbage, not http\r\n\r\n");
             false
         }
-        Reply::Close => false,
+        Reply::Close | Reply::ExitWithoutAnswer => false,
+        Reply::Late(ms, code) => {
+            thread::sleep(Duration::from_millis(ms));
+            http::respond_with(stream, &format!("{code} X"), b"OK", close);
+            true
+        }
         Reply::HeldBody(code) => {
             let body = b"held back";
             let _ = stream.write_all(http::head(&format!("{code} X"), body.len(), close).as_bytes());
