@@ -14,6 +14,8 @@
 //!   at a time until the kernel kills it (an OOM kill under a memory limit);
 //!   at 1 GiB it gives up, prints `no limit` and exits 3.
 //!
+//! - `probe pending SIG COMMAND...`: execs COMMAND with SIG blocked and
+//!   already pending, as if it had arrived at COMMAND's first instruction.
 //! - `probe subreaper`: prints `subreaper 1` if it is a child subreaper
 //!   (it would adopt its orphaned descendants), `subreaper 0` if not.
 //!
@@ -32,8 +34,9 @@ fn main() {
         ["orphans", n] => orphans(n.parse().expect("orphans N")),
         ["hog"] => hog(),
         ["subreaper"] => subreaper(),
+        ["pending", sig, command @ ..] if !command.is_empty() => pending(sig.parse().expect("pending SIG"), command),
         _ => {
-            eprintln!("usage: probe signals [--fork] | orphans N | hog | subreaper");
+            eprintln!("usage: probe signals [--fork] | orphans N | hog | subreaper | pending SIG COMMAND...");
             std::process::exit(2);
         }
     }
@@ -84,6 +87,28 @@ fn signals(prefix: &str) -> ! {
             }
         }
     }
+}
+
+/// Blocks `sig`, sends it to itself and execs `command`, which so starts
+/// with that signal blocked and pending (both survive execve), as if it had
+/// arrived at its first instruction.
+fn pending(sig: i32, command: &[&str]) {
+    use std::os::unix::process::CommandExt;
+    let mask: u64 = 1 << (sig - 1);
+    // SAFETY: rt_sigprocmask reads the 8-byte mask; kill takes plain integers.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_BLOCK,
+            &raw const mask,
+            std::ptr::null_mut::<u64>(),
+            8usize,
+        );
+        libc::kill(libc::getpid(), sig);
+    }
+    let error = std::process::Command::new(command[0]).args(&command[1..]).exec();
+    eprintln!("probe: cannot exec {}: {error}", command[0]);
+    std::process::exit(127);
 }
 
 /// Whether this process would adopt its orphaned descendants.

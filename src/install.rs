@@ -19,17 +19,17 @@ pub fn main(args: &[OsString]) -> u8 {
     let dir = match args {
         [dir] if !dir.is_empty() && dir != "-h" && dir != "--help" => PathBuf::from(dir),
         _ => {
-            eprintln!("meshwrap: install takes one argument, the directory: meshwrap install DIR");
+            crate::log::stderr_line("meshwrap: install takes one argument, the directory: meshwrap install DIR");
             return crate::EXIT_MESHWRAP_FAILED;
         }
     };
     match install(&dir) {
         Ok(destination) => {
-            println!("{}", destination.display());
+            crate::log::stdout(&format!("{}\n", destination.display()));
             0
         }
         Err(why) => {
-            eprintln!("meshwrap: cannot install into {}: {why}", dir.display());
+            crate::log::stderr_line(&format!("meshwrap: cannot install into {}: {why}", dir.display()));
             crate::EXIT_MESHWRAP_FAILED
         }
     }
@@ -42,10 +42,18 @@ pub fn install(dir: &Path) -> Result<PathBuf, String> {
     }
     fs::create_dir_all(dir).map_err(|e| format!("cannot create it: {e}"))?;
     let destination = dir.join("meshwrap");
-    let temporary = dir.join(format!(".meshwrap.{}.tmp", std::process::id()));
-    let result = copy_self(&temporary).and_then(|()| fs::rename(&temporary, &destination));
+    let result = match create_temporary(dir) {
+        Ok((temporary, file)) => {
+            let copied = copy_self(file).and_then(|()| fs::rename(&temporary, &destination));
+            if copied.is_err() {
+                // Ours alone: it was created with O_EXCL under a name nobody else drew.
+                let _ = fs::remove_file(&temporary);
+            }
+            copied
+        }
+        Err(e) => Err(e),
+    };
     if let Err(e) = result {
-        let _ = fs::remove_file(&temporary);
         return Err(
             if e.kind() == io::ErrorKind::PermissionDenied || e.raw_os_error() == Some(libc::EROFS) {
                 format!("it is not writable ({e})")
@@ -61,10 +69,39 @@ pub fn install(dir: &Path) -> Result<PathBuf, String> {
     Ok(destination)
 }
 
-fn copy_self(to: &Path) -> io::Result<()> {
+/// Creates a new temporary file in `dir` under a random name, with
+/// O_EXCL: any number of installers may share the directory (in a
+/// container every one of them is pid 1, so a pid-based name would
+/// collide), and a leftover from a killed install is never reused, opened
+/// or removed; it only takes up its name.
+fn create_temporary(dir: &Path) -> io::Result<(PathBuf, File)> {
+    let mut last = io::Error::from(io::ErrorKind::AlreadyExists);
+    for _ in 0..16 {
+        let path = dir.join(format!(".meshwrap.{:016x}.tmp", random()?));
+        match OpenOptions::new().write(true).create_new(true).mode(0o700).open(&path) {
+            Ok(file) => return Ok((path, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+/// 64 random bits from the kernel.
+fn random() -> io::Result<u64> {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom writes at most 8 bytes into the 8-byte buffer.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if n == 8 {
+        Ok(u64::from_ne_bytes(bytes))
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn copy_self(mut target: File) -> io::Result<()> {
     // /proc/self/exe opens the running binary even if its path has changed.
     let mut source = File::open("/proc/self/exe").or_else(|_| File::open(std::env::current_exe()?))?;
-    let mut target = OpenOptions::new().write(true).create_new(true).mode(0o700).open(to)?;
     io::copy(&mut source, &mut target)?;
     target.sync_all()?;
     // Set explicitly: the mode given at creation is reduced by the umask.

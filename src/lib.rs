@@ -71,11 +71,11 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
             Parsed::Run(config) if mode == Mode::Guard => guard(&config, &mut signals).await,
             Parsed::Run(config) => run(&config, &mut signals).await,
             Parsed::Print(text) => {
-                print!("{text}");
+                log::stdout(&text);
                 0
             }
             Parsed::Invalid(line) => {
-                eprintln!("meshwrap: {line}");
+                log::stderr_line(&format!("meshwrap: {line}"));
                 EXIT_MESHWRAP_FAILED
             }
         }
@@ -98,31 +98,23 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
     );
     if config.exec && config.quit_policy != QuitPolicy::Never && !plan.quit.is_empty() {
         let urls: Vec<&str> = plan.quit.iter().map(|t| t.endpoint.url.as_str()).collect();
-        eprintln!(
+        log::stderr_line(&format!(
             "meshwrap: --exec: meshwrap would have to stay to quit {}; with --exec use --quit-policy never, \
              --sidecar none or --native-sidecar true",
             urls.join(", ")
-        );
+        ));
         return EXIT_MESHWRAP_FAILED;
     }
     let mut hold = match &config.guard_dir {
         Some(dir) => match Hold::take(dir, config.quit_policy) {
             Ok(hold) => Some(hold),
             Err(line) => {
-                eprintln!("meshwrap: {line}");
+                log::stderr_line(&format!("meshwrap: {line}"));
                 return EXIT_MESHWRAP_FAILED;
             }
         },
         None => None,
     };
-    if let Err(e) = supervise::reaper::become_subreaper() {
-        log!(
-            Warn,
-            "cannot become a child subreaper; orphans of the command go to init",
-            error = &e.to_string()
-        );
-    }
-
     let mut seen_ready = false;
     if config.wait && plan.ready.is_empty() {
         log!(Info, "no ready URL to wait for; starting the command");
@@ -159,21 +151,16 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
     }
 
     if config.exec {
-        // The lock is released at the exec (close-on-exec), so the guard
-        // learns now that this run needs no quit.
-        if let Some(hold) = &mut hold {
-            hold.done(None, Quit::Skipped);
-        }
-        // Only returns if the command could not be executed.
-        log!(Info, "replacing meshwrap with the command (--exec)");
-        let e = supervise::exec(&config.command);
+        return exec(config, signals, &mut hold);
+    }
+    // Only now: with --exec the setting would outlive meshwrap and make the
+    // command a subreaper it never asked to be.
+    if let Err(e) = supervise::reaper::become_subreaper() {
         log!(
-            Error,
-            "command could not be executed",
-            error = &e.error.to_string(),
-            code = e.code
+            Warn,
+            "cannot become a child subreaper; orphans of the command go to init",
+            error = &e.to_string()
         );
-        return e.code;
     }
     if let Some(hold) = &mut hold {
         hold.running(seen_ready);
@@ -184,6 +171,51 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
     }
     quit_sidecars(config, &plan.quit, code, seen_ready, &mut hold).await;
     code
+}
+
+/// `--exec`: becomes the command, unless a termination signal came first.
+/// Returns only if it did not exec.
+fn exec(config: &Config, signals: &mut Signals, hold: &mut Option<Hold>) -> u8 {
+    // The lock is released at the exec (close-on-exec), so the guard learns
+    // now that this run needs no quit.
+    if let Some(hold) = hold {
+        hold.done(None, Quit::Skipped);
+    }
+    // Signals that came since the wait: handled here, not lost at the exec.
+    let early = signals.drain();
+    for &sig in early.iter().filter(|&&sig| !signals::is_termination(sig)) {
+        log!(
+            Debug,
+            "ignored a signal before the command started",
+            signal = &signals::name(sig)
+        );
+    }
+    let error = match early.into_iter().find(|&sig| signals::is_termination(sig)) {
+        Some(sig) => supervise::ExecError::Interrupted(sig),
+        None => {
+            log!(Info, "replacing meshwrap with the command (--exec)");
+            supervise::exec(&config.command, signals)
+        }
+    };
+    match error {
+        supervise::ExecError::Interrupted(sig) => {
+            log!(
+                Info,
+                "interrupted before the command started; not running it",
+                signal = &signals::name(sig)
+            );
+            supervise::Status::Signaled(sig).exit_code()
+        }
+        supervise::ExecError::Failed(e) => {
+            log!(
+                Error,
+                "command could not be executed",
+                error = &e.error.to_string(),
+                code = e.code
+            );
+            e.code
+        }
+    }
 }
 
 /// `meshwrap guard`: waits for the wrapped meshwrap's run to end, and quits

@@ -166,6 +166,19 @@ fn push_json_str(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// Writes `text` to stdout (`--help`, `--explain`, `install`'s path).
+/// Never panics: `print!` does when stdout is a closed pipe, and that would
+/// turn a succeeded install into an abort.
+pub fn stdout(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+/// Writes one unformatted line to stderr (a usage error), never panicking.
+pub fn stderr_line(line: &str) {
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
 /// `log!(Info, "message", key = value, ...)`
 #[macro_export]
 macro_rules! log {

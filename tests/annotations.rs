@@ -140,3 +140,51 @@ fn a_missing_file_keeps_the_classic_behaviour() {
         .assert_stderr_lacks("skipping");
     assert_eq!((ready.polls(), quit.quits()), (1, 1));
 }
+
+/// meshwrap with the istio preset and an annotations file that is not a
+/// readable Downward API file: it warns once, keeps its configured
+/// sidecars, and runs the command at once.
+fn warns_and_keeps_the_sidecars(file: &std::path::Path, why: &str) {
+    let (run, ready, quit) = istio(&file.to_path_buf(), &[]);
+    run.assert_code(0)
+        .assert_stdout("started\n")
+        .assert_stderr_has("warn: ignoring the pod annotations")
+        .assert_stderr_has(why);
+    assert_eq!((ready.polls(), quit.quits()), (1, 1));
+}
+
+#[test]
+fn a_fifo_as_the_annotations_file_is_not_waited_on() {
+    let fifo = tempdir().join("annotations");
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    warns_and_keeps_the_sidecars(&fifo, "not a regular file");
+}
+
+#[test]
+fn an_endless_device_as_the_annotations_file_is_not_read() {
+    warns_and_keeps_the_sidecars(std::path::Path::new("/dev/zero"), "not a regular file");
+}
+
+#[test]
+fn an_annotations_file_larger_than_any_pods_annotations_is_not_read() {
+    let file = tempdir().join("annotations");
+    std::fs::write(&file, format!("a=\"{}\"\n", "x".repeat(2 << 20))).unwrap();
+    warns_and_keeps_the_sidecars(&file, "larger than 1024 KiB");
+}
+
+#[test]
+fn a_deeply_nested_istio_status_is_read_without_overflowing_the_stack() {
+    // 80,000 levels: 160 KB, within the annotation limit.
+    let deep = format!("{}{}", "[".repeat(80_000), "]".repeat(80_000));
+    let line = format!(r#"sidecar.istio.io/status="{{\"deep\":{deep},\"initContainers\":[{NATIVE}]}}""#);
+    let (run, ready, quit) = istio(&annotations(&[&line]), &[]);
+    run.assert_code(0)
+        .assert_stdout("started\n")
+        .assert_stderr_has("runs as a native sidecar");
+    assert_eq!((ready.polls(), quit.quits()), (1, 0));
+    // Unterminated at that depth: a warning, and nothing changes.
+    let line = format!(r#"sidecar.istio.io/status="{{\"deep\":{}}}""#, "[".repeat(80_000));
+    warns_and_keeps_the_sidecars(&annotations(&[&line]), "is not the JSON Istio writes");
+}

@@ -191,3 +191,47 @@ fn the_readme_usage_is_the_help_text() {
         "README.md's usage section differs from `meshwrap --help`; paste the help text into it"
     );
 }
+
+#[test]
+fn a_command_name_cannot_forge_a_log_line() {
+    let forged = "/nonexistent/x\nmeshwrap: sidecar quit url=http://forged/\x1b[2K";
+    let run = Meshwrap::new().args(["--sidecar", "none", forged]).run();
+    run.assert_code(127);
+    run.check(
+        run.stderr.lines().all(|l| l.starts_with("meshwrap: ")) && !run.stderr.contains('\x1b'),
+        "every line is meshwrap's own, with no escape code",
+    );
+    run.check(
+        !run.stderr.lines().any(|l| l.starts_with("meshwrap: sidecar quit")),
+        "no forged line",
+    );
+}
+
+#[test]
+fn urls_and_durations_at_their_edges() {
+    for (flag, value) in [
+        ("--ready-url", "http://::1:15021/"),
+        ("--quit-url", "http://2001:db8::1:8080/"),
+        ("--ready-url", "http://127.0.0.1:+80/"),
+    ] {
+        let run = Meshwrap::new().args([flag, value, "true"]).run();
+        run.assert_code(125)
+            .assert_stderr_has(&format!("invalid {flag} '{value}'"));
+        run.check(run.stderr.lines().count() == 1, "one line");
+    }
+    // The scheme is case-insensitive.
+    let sidecar = FakeSidecar::ready();
+    Meshwrap::new()
+        .args(["--ready-url", &sidecar.ready_url().replace("http://", "HTTP://")])
+        .args(["--quit-url", &sidecar.quit_url(), "true"])
+        .run()
+        .assert_code(0);
+    assert_eq!((sidecar.polls(), sidecar.quits()), (1, 1));
+    // A bound too small for a nanosecond is still a bound, not "no bound".
+    let refusing = FakeSidecar::refusing();
+    wrapped(&refusing)
+        .args(["--timeout", "0.0000000001s", "--quit-timeout", "100ms", "true"])
+        .run()
+        .assert_code(125)
+        .assert_stderr_has("sidecar not ready in time");
+}

@@ -31,7 +31,7 @@ use libc::pid_t;
 
 use crate::log;
 pub use signals::Signals;
-pub use spawn::{SpawnError, exec};
+pub use spawn::{ExecError, SpawnError, exec};
 pub use status::Status;
 
 /// Where forwarded signals go.

@@ -160,6 +160,45 @@ impl Signals {
     }
 }
 
+impl Signals {
+    /// Every signal received and not yet handed out, read without waiting
+    /// (SIGCHLD and the signals the kernel raised for meshwrap's own writes
+    /// left out). For `--exec`, which must handle them before it goes.
+    pub fn drain(&mut self) -> Vec<c_int> {
+        let mut drained: VecDeque<c_int> = std::mem::take(&mut self.pending);
+        while read_signals(self.fd.get_ref().as_raw_fd(), self.me, &mut drained).is_ok() {}
+        drained.into_iter().filter(|&sig| sig != libc::SIGCHLD).collect()
+    }
+
+    /// The signalfd, for the last drain just before an exec (see `spawn::exec`).
+    pub(super) fn raw_fd(&self) -> c_int {
+        self.fd.get_ref().as_raw_fd()
+    }
+}
+
+/// The first termination signal still queued on `fd`, reading it empty
+/// without allocating (the others are dropped, as while waiting for the
+/// sidecar). Async-signal-safe.
+pub(super) fn termination_queued(fd: c_int) -> Option<c_int> {
+    let mut found = None;
+    loop {
+        // SAFETY: an all-zero signalfd_siginfo is a valid value of this plain struct.
+        let mut infos: [libc::signalfd_siginfo; 16] = unsafe { std::mem::zeroed() };
+        // SAFETY: the buffer is valid for writes of its full size.
+        let n = unsafe { libc::read(fd, infos.as_mut_ptr().cast(), size_of_val(&infos)) };
+        if n <= 0 {
+            return found;
+        }
+        let count = n as usize / size_of::<libc::signalfd_siginfo>();
+        for info in &infos[..count] {
+            let sig = info.ssi_signo as c_int;
+            if found.is_none() && is_termination(sig) {
+                found = Some(sig);
+            }
+        }
+    }
+}
+
 /// Reads every queued signal into `into`; WouldBlock when none is left.
 fn read_signals(fd: c_int, me: u32, into: &mut VecDeque<c_int>) -> io::Result<()> {
     // SAFETY: an all-zero signalfd_siginfo is a valid value of this plain struct.

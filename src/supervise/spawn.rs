@@ -103,26 +103,34 @@ unsafe extern "C" {
     static environ: *const *const c_char;
 }
 
-/// A `posix_spawnattr_t` that is destroyed when dropped.
-struct Attr(MaybeUninit<libc::posix_spawnattr_t>);
+type AttrFn = unsafe extern "C" fn(*mut libc::posix_spawnattr_t) -> libc::c_int;
+
+/// An initialised `posix_spawnattr_t`, destroyed when dropped. A value
+/// exists only once `init` succeeded: destroying an attribute object that
+/// was never initialised is undefined behaviour.
+struct Attr {
+    raw: libc::posix_spawnattr_t,
+    destroy: AttrFn,
+}
+
+fn check(result: libc::c_int) -> io::Result<()> {
+    match result {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
 
 impl Attr {
     /// Own process group, every signal at its default action, nothing blocked.
     fn new() -> io::Result<Attr> {
-        let mut attr = Attr(MaybeUninit::uninit());
-        let check = |result: libc::c_int| match result {
-            0 => Ok(()),
-            e => Err(io::Error::from_raw_os_error(e)),
-        };
-        // SAFETY: posix_spawnattr_init initialises the attribute object.
-        check(unsafe { libc::posix_spawnattr_init(attr.0.as_mut_ptr()) })?;
+        let mut attr = Attr::init_with(libc::posix_spawnattr_init, libc::posix_spawnattr_destroy)?;
         // All ones: every signal, the libc-reserved ones included (see the module docs).
         // SAFETY: sigset_t is a plain bit array; any bit pattern is a valid value.
         let every: libc::sigset_t = unsafe { std::mem::transmute([0xffu8; size_of::<libc::sigset_t>()]) };
         // SAFETY: an all-zero sigset_t is the empty set.
         let none: libc::sigset_t = unsafe { std::mem::zeroed() };
         let flags = libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGDEF | libc::POSIX_SPAWN_SETSIGMASK;
-        // SAFETY: `attr` was initialised above; the sets are copied by the calls.
+        // SAFETY: `attr` is initialised (it exists); the sets are copied by the calls.
         unsafe {
             check(libc::posix_spawnattr_setpgroup(attr.as_mut_ptr(), 0))?;
             check(libc::posix_spawnattr_setsigdefault(attr.as_mut_ptr(), &every))?;
@@ -135,15 +143,26 @@ impl Attr {
         Ok(attr)
     }
 
+    /// Runs `init` on fresh storage; an `Attr` (and so a later `destroy`)
+    /// only if it succeeded.
+    fn init_with(init: AttrFn, destroy: AttrFn) -> io::Result<Attr> {
+        let mut raw = MaybeUninit::<libc::posix_spawnattr_t>::uninit();
+        // SAFETY: init writes an attribute object into the storage it is given.
+        check(unsafe { init(raw.as_mut_ptr()) })?;
+        // SAFETY: init succeeded, so the object is initialised.
+        let raw = unsafe { raw.assume_init() };
+        Ok(Attr { raw, destroy })
+    }
+
     fn as_mut_ptr(&mut self) -> *mut libc::posix_spawnattr_t {
-        self.0.as_mut_ptr()
+        &raw mut self.raw
     }
 }
 
 impl Drop for Attr {
     fn drop(&mut self) {
-        // SAFETY: `Attr` exists only once posix_spawnattr_init succeeded.
-        unsafe { libc::posix_spawnattr_destroy(self.0.as_mut_ptr()) };
+        // SAFETY: an `Attr` exists only once init succeeded, and is destroyed once.
+        unsafe { (self.destroy)(self.as_mut_ptr()) };
     }
 }
 
@@ -166,20 +185,52 @@ fn fork_spawn(command: &[OsString]) -> Result<pid_t, SpawnError> {
     cmd.spawn().map(|child| child.id() as pid_t).map_err(SpawnError::new)
 }
 
+/// Why `exec` returned.
+pub enum ExecError {
+    /// A termination signal arrived before the command could start.
+    Interrupted(libc::c_int),
+    /// The command could not be executed.
+    Failed(SpawnError),
+}
+
 /// Replaces meshwrap with the command (`--exec`), with the same clean signal
-/// state a spawned command gets. Returns only if exec failed.
-pub fn exec(command: &[OsString]) -> SpawnError {
+/// state a spawned command gets. Returns only if it did not exec.
+///
+/// A signal still queued at the exec would be lost: the kernel delivers it
+/// once the mask is emptied, with the default action, which kills meshwrap
+/// (SIGUSR1: 138) or, as PID 1, drops it. So the signalfd is read empty at
+/// the last moment, after the dispositions are reset and before the mask is
+/// emptied: a termination signal among them cancels the exec (the caller
+/// exits 128+n without running the command, as it does for one that arrives
+/// during the wait); the others are dropped, as during the wait. Only a
+/// signal that lands in the microseconds between that read and the execve
+/// meets the default action.
+pub fn exec(command: &[OsString], signals: &super::Signals) -> ExecError {
     let Some((program, args)) = command.split_first() else {
-        return SpawnError::no_command();
+        return ExecError::Failed(SpawnError::no_command());
     };
+    let fd = signals.raw_fd();
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let seen = interrupted.clone();
     let mut cmd = Command::new(program);
     cmd.args(args);
     // SAFETY: the hook runs just before execve, in this process, and makes only
-    // async-signal-safe calls (rt_sigaction, pthread_sigmask).
+    // async-signal-safe calls (rt_sigaction, read, rt_sigprocmask) and no allocation.
     unsafe {
-        cmd.pre_exec(clean_signal_state);
+        cmd.pre_exec(move || {
+            reset_dispositions();
+            if let Some(sig) = signals::termination_queued(fd) {
+                seen.store(sig, std::sync::atomic::Ordering::SeqCst);
+                return Err(io::Error::from_raw_os_error(libc::EINTR));
+            }
+            signals::unblock_all()
+        });
     }
-    SpawnError::new(cmd.exec())
+    let error = cmd.exec();
+    match interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => ExecError::Failed(SpawnError::new(error)),
+        sig => ExecError::Interrupted(sig),
+    }
 }
 
 /// Every disposition at default and nothing blocked, just before exec.
@@ -212,5 +263,42 @@ fn reset_dispositions() {
                 )
             };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    static DESTROYED: AtomicU32 = AtomicU32::new(0);
+
+    unsafe extern "C" fn failing_init(_: *mut libc::posix_spawnattr_t) -> libc::c_int {
+        libc::ENOMEM
+    }
+
+    unsafe extern "C" fn counting_destroy(_: *mut libc::posix_spawnattr_t) -> libc::c_int {
+        DESTROYED.fetch_add(1, Ordering::SeqCst);
+        0
+    }
+
+    #[test]
+    fn an_attribute_that_failed_to_initialise_is_never_destroyed() {
+        let before = DESTROYED.load(Ordering::SeqCst);
+        assert!(Attr::init_with(failing_init, counting_destroy).is_err());
+        assert_eq!(
+            DESTROYED.load(Ordering::SeqCst),
+            before,
+            "destroy ran on an uninitialised attribute"
+        );
+        let attr = Attr::init_with(libc::posix_spawnattr_init, counting_destroy).unwrap();
+        drop(attr);
+        assert_eq!(
+            DESTROYED.load(Ordering::SeqCst),
+            before + 1,
+            "an initialised one is destroyed once"
+        );
+        // The counting destroy stood in for the real one; init allocates
+        // nothing in glibc or musl, so nothing leaks.
     }
 }
