@@ -58,11 +58,17 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
     if let Err(e) = signals::block() {
         return internal_error("cannot block signals", e);
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    // Blocking threads run only host-name lookups, one at a time per URL
+    // (see `sidecar::http`); the cap bounds them even if a resolver hangs.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(4)
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => return internal_error("cannot start the runtime", e),
     };
-    runtime.block_on(async {
+    let code = runtime.block_on(async {
         let mut signals = match Signals::install() {
             Ok(signals) => signals,
             Err(e) => return internal_error("cannot open a signalfd", e),
@@ -79,7 +85,11 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
                 EXIT_MESHWRAP_FAILED
             }
         }
-    })
+    });
+    // Not a plain drop, which waits for every blocking thread: a host-name
+    // lookup stuck in a silent resolver would hold meshwrap's exit.
+    runtime.shutdown_background();
+    code
 }
 
 fn internal_error(what: &str, error: std::io::Error) -> u8 {

@@ -81,7 +81,7 @@ fn cloudsql_closing_the_connection_as_it_exits_counts_as_quit() {
         .args(["--quit-timeout", "300ms", "true"])
         .run()
         .assert_code(0)
-        .assert_stderr_has("gave up");
+        .assert_stderr_has("it took no quit before --quit-timeout ran out");
     assert!(plain.quits() > 1);
 }
 

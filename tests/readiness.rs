@@ -258,3 +258,83 @@ fn polls_are_paced_by_the_schedule() {
         &format!("{polls} polls in 1 s, expected about 63"),
     );
 }
+
+/// meshwrap in a mount namespace of its own whose /etc/resolv.conf names `dns`.
+fn resolving_through(dns: &crate::support::dns::Dns) -> Meshwrap {
+    let mut mw = Meshwrap::program("/usr/bin/unshare");
+    let script = format!(
+        "mount --bind {} /etc/resolv.conf && exec \"$0\" \"$@\"",
+        dns.resolv_conf().display()
+    );
+    mw.args(["--mount", "sh", "-c", &script])
+        .arg(crate::support::command::meshwrap_bin());
+    mw
+}
+
+#[test]
+fn a_host_name_is_looked_up_once_per_change_of_state_not_per_poll() {
+    if skip_unless_able("a_host_name_is_looked_up_once", lacks_root_or(&["/usr/bin/unshare"])) {
+        return;
+    }
+    let dns = crate::support::dns::Dns::start("sidecar.meshwrap.test", false);
+    let sidecar = FakeSidecar::ready();
+    // A new connection for every poll, so every poll connects again.
+    sidecar.set_connections(Connections::CloseEach);
+    let mut replies = vec![Reply::Status(503); 40];
+    replies.push(Reply::Status(200));
+    sidecar.set_ready(&replies);
+    let port = sidecar.port();
+    let run = resolving_through(&dns)
+        .args(["--ready-url", &format!("http://{}:{port}/healthz/ready", dns.name)])
+        .args(["--quit-url", &sidecar.quit_url(), "true"])
+        .run();
+    run.assert_code(0);
+    assert_eq!(sidecar.polls(), 41);
+    // One lookup (an A and an AAAA query) for the refused-free 503 state.
+    run.check(
+        dns.queries() <= 2,
+        &format!("{} DNS queries for 41 polls", dns.queries()),
+    );
+}
+
+#[test]
+fn a_resolver_that_never_answers_costs_one_lookup_thread_not_one_per_poll() {
+    if skip_unless_able("a_resolver_that_never_answers", lacks_root_or(&["/usr/bin/unshare"])) {
+        return;
+    }
+    let dns = crate::support::dns::Dns::start("silent.meshwrap.test", true);
+    let mut mw = resolving_through(&dns)
+        .args(["--ready-url", &format!("http://{}:15021/healthz/ready", dns.name)])
+        .args([
+            "--sidecar",
+            "none",
+            "--timeout",
+            "2s",
+            "--request-timeout",
+            "50ms",
+            "true",
+        ])
+        .spawn();
+    dns.wait_for_queries(1);
+    // Threads, sampled until meshwrap gives up at --timeout: the runtime's
+    // thread and one lookup thread, where each poll used to add one.
+    let mut most = 0;
+    while !mw.exits_within(std::time::Duration::from_millis(20)) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", mw.pid())).unwrap_or_default();
+        let threads = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|n| n.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        most = most.max(threads);
+    }
+    let run = mw.finish();
+    run.assert_code(125).assert_stderr_has("sidecar not ready in time");
+    // The lookup still hangs (5 s, resolv.conf's timeout); meshwrap's exit must not.
+    run.check(
+        run.elapsed < std::time::Duration::from_secs(4),
+        "meshwrap waited for the lookup to exit",
+    );
+    run.check(most <= 2, &format!("{most} threads during the wait"));
+    run.check(dns.queries() <= 2, &format!("{} DNS queries", dns.queries()));
+}

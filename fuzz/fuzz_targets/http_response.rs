@@ -52,17 +52,15 @@ fuzz_target!(|answer: &[u8]| {
     let rig = rig();
     let timeout = Duration::from_millis(200);
     rig.runtime.block_on(async {
-        let mut kept = None;
-        let (_, got) = tokio::join!(
-            answer_once(&rig.listener, answer),
-            http::get_reusing(&rig.endpoint, timeout, &mut kept)
-        );
+        let mut client = http::Client::new(&rig.endpoint);
+        let (_, got) = tokio::join!(answer_once(&rig.listener, answer), client.get(timeout));
         if let Ok(status) = got {
             assert!((100..1000).contains(&status));
         }
+        let mut client = http::Client::new(&rig.endpoint);
         let (_, got) = tokio::join!(
             answer_once(&rig.listener, answer),
-            http::request(&rig.endpoint, hyper::Method::POST, timeout, timeout)
+            client.request(hyper::Method::POST, timeout, timeout)
         );
         if let Ok(status) = got {
             assert!((100..1000).contains(&status));

@@ -5,8 +5,10 @@
 //! microseconds. A quit gets a fresh connection; the readiness polls of one
 //! URL reuse theirs while the sidecar keeps it open, since a new connection
 //! and handshake cost four times a request's CPU on a cold cache. One
-//! `Option<Connection>` is all the pool there is. Every request is bounded as a whole (connect + response head) by the
-//! caller's timeout; the body is never read, since only the status matters.
+//! [`Client`] per URL, holding that connection and the addresses its host
+//! name resolved to, is all the pool there is. Every request is bounded by
+//! the caller's timeouts; the body is never read beyond what has arrived,
+//! since only the status matters.
 //!
 //! Failures are classified because callers treat them differently: a refused
 //! connection while waiting means "not listening yet" (poll again soon), while
@@ -128,15 +130,6 @@ impl Endpoint {
     /// however each was written.
     pub fn same_resource(&self, other: &Endpoint) -> bool {
         (&self.host, self.port, &self.target) == (&other.host, other.port, &other.target)
-    }
-
-    /// The socket addresses to try, in order.
-    async fn addrs(&self) -> io::Result<Vec<SocketAddr>> {
-        match &self.host {
-            Host::Ip(ip) => Ok(vec![SocketAddr::new(*ip, self.port)]),
-            // Only named hosts pay for a resolver thread; defaults are IP literals.
-            Host::Name(name) => Ok(tokio::net::lookup_host((name.as_str(), self.port)).await?.collect()),
-        }
     }
 }
 
@@ -276,54 +269,147 @@ fn connect_refused(addr: SocketAddr) -> bool {
     }
 }
 
-/// Sends one request with an empty body on a new connection; returns the
-/// response status code.
-///
-/// Two bounds, because a request that went out may have been acted on: the
-/// connect is bounded by `connect_timeout` (`TimedOut`: nothing was sent),
-/// the answer by `answer_within` (`Unanswered`: it was sent). The request
-/// itself, a hundred bytes on a new connection, goes into the socket buffer
-/// at the first poll of the answer's wait, so even a zero `answer_within`
-/// sends it.
-pub async fn request(
-    endpoint: &Endpoint,
-    method: Method,
-    connect_timeout: Duration,
-    answer_within: Duration,
-) -> Result<u16, Failure> {
-    let mut connection = within(connect_timeout, Connection::open(endpoint)).await?;
-    tokio::time::timeout(answer_within, connection.send(endpoint.request(method)))
-        .await
-        .unwrap_or(Err(Failure::Unanswered))
+/// One endpoint's client: the connection the sidecar kept open, and the
+/// addresses its host name resolved to. Each readiness wait and each quit
+/// has its own.
+pub struct Client<'e> {
+    endpoint: &'e Endpoint,
+    kept: Option<Connection>,
+    addrs: Addresses,
 }
 
-/// GETs the endpoint on `kept`'s connection if the sidecar has kept it open,
-/// else on a new one, which is left in `kept` if the sidecar keeps it open.
-///
-/// A sidecar may close an idle connection at any time, even as the request
-/// goes out; a GET is safe to repeat, so a kept connection that turns out
-/// closed is replaced by a new one within the same `timeout`.
-pub async fn get_reusing(
-    endpoint: &Endpoint,
-    timeout: Duration,
-    kept: &mut Option<Connection>,
-) -> Result<u16, Failure> {
-    within(timeout, async {
-        if let Some(mut connection) = kept.take() {
-            match connection.send(endpoint.request(Method::GET)).await {
-                Err(Failure::Closed) => {}
-                result => {
-                    *kept = connection.reusable(&result);
-                    return result;
+impl<'e> Client<'e> {
+    pub fn new(endpoint: &'e Endpoint) -> Client<'e> {
+        Client {
+            endpoint,
+            kept: None,
+            addrs: Addresses::default(),
+        }
+    }
+
+    /// Forgets the addresses a host name resolved to, so the next connect
+    /// looks it up again: for when the endpoint's state has changed.
+    pub fn forget_addresses(&mut self) {
+        self.addrs.resolved.clear();
+    }
+
+    /// GETs the endpoint on the kept connection if the sidecar has kept it
+    /// open, else on a new one, which is kept if the sidecar keeps it open.
+    ///
+    /// A sidecar may close an idle connection at any time, even as the
+    /// request goes out; a GET is safe to repeat, so a kept connection that
+    /// turns out closed is replaced by a new one within the same `timeout`.
+    pub async fn get(&mut self, timeout: Duration) -> Result<u16, Failure> {
+        let Client { endpoint, kept, addrs } = self;
+        within(timeout, async {
+            if let Some(mut connection) = kept.take() {
+                match connection.send(endpoint.request(Method::GET)).await {
+                    Err(Failure::Closed) => {}
+                    result => {
+                        *kept = connection.reusable(&result);
+                        return result;
+                    }
                 }
             }
+            let mut connection = Connection::open(addrs.connect(endpoint).await?).await?;
+            let result = connection.send(endpoint.request(Method::GET)).await;
+            *kept = connection.reusable(&result);
+            result
+        })
+        .await
+    }
+
+    /// Sends one request with an empty body on a new connection; returns
+    /// the response status code.
+    ///
+    /// Two bounds, because a request that went out may have been acted on:
+    /// the connect is bounded by `connect_timeout` (`TimedOut`: nothing was
+    /// sent), the answer by `answer_within` (`Unanswered`: it was sent). The
+    /// request itself, a hundred bytes on a new connection, goes into the
+    /// socket buffer at the first poll of the answer's wait, so even a zero
+    /// `answer_within` sends it.
+    pub async fn request(
+        &mut self,
+        method: Method,
+        connect_timeout: Duration,
+        answer_within: Duration,
+    ) -> Result<u16, Failure> {
+        let Client { endpoint, addrs, .. } = self;
+        let mut connection = within(connect_timeout, async {
+            Connection::open(addrs.connect(endpoint).await?).await
+        })
+        .await?;
+        tokio::time::timeout(answer_within, connection.send(endpoint.request(method)))
+            .await
+            .unwrap_or(Err(Failure::Unanswered))
+    }
+
+    /// Opens (and drops) a connection, bounded by `timeout`: whether anything listens.
+    pub async fn connect_within(&mut self, timeout: Duration) -> Result<(), Failure> {
+        within(timeout, self.addrs.connect(self.endpoint)).await.map(drop)
+    }
+}
+
+/// Where a host name leads, looked up at most once at a time.
+///
+/// A lookup runs on a blocking thread (getaddrinfo has no timeout of its
+/// own), so two rules keep a slow or silent resolver from costing a query
+/// per poll and a thread per query: the addresses are kept until the caller
+/// forgets them (the endpoint's state changed) or a connect to all of them
+/// fails; and a lookup still under way when its request timed out is not
+/// started again but waited for by the next request.
+#[derive(Default)]
+struct Addresses {
+    resolved: Vec<SocketAddr>,
+    lookup: Option<tokio::task::JoinHandle<io::Result<Vec<SocketAddr>>>>,
+}
+
+impl Addresses {
+    async fn get(&mut self, endpoint: &Endpoint) -> Result<Vec<SocketAddr>, Failure> {
+        let name = match &endpoint.host {
+            Host::Ip(ip) => return Ok(vec![SocketAddr::new(*ip, endpoint.port)]),
+            Host::Name(name) => name,
+        };
+        if !self.resolved.is_empty() {
+            return Ok(self.resolved.clone());
         }
-        let mut connection = Connection::open(endpoint).await?;
-        let result = connection.send(endpoint.request(Method::GET)).await;
-        *kept = connection.reusable(&result);
-        result
-    })
-    .await
+        let port = endpoint.port;
+        let lookup = self.lookup.get_or_insert_with(|| {
+            let name = name.clone();
+            tokio::task::spawn_blocking(move || {
+                std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), port)).map(Iterator::collect)
+            })
+        });
+        // Dropped here by a timeout, the lookup stays for the next request.
+        let result = lookup.await;
+        self.lookup = None;
+        match result {
+            Ok(Ok(addrs)) if !addrs.is_empty() => {
+                self.resolved = addrs;
+                Ok(self.resolved.clone())
+            }
+            Ok(Ok(_)) => Err(Failure::Io(io::Error::other(format!("{name} has no address")))),
+            Ok(Err(e)) => Err(Failure::Io(e)),
+            Err(e) => Err(Failure::Io(io::Error::other(e.to_string()))),
+        }
+    }
+
+    /// A connected stream to the first address that takes it.
+    async fn connect(&mut self, endpoint: &Endpoint) -> Result<TcpStream, Failure> {
+        let mut last = Failure::Refused;
+        for addr in self.get(endpoint).await? {
+            match TcpStream::connect(addr).await {
+                Ok(stream) => {
+                    let _ = stream.set_nodelay(true);
+                    return Ok(stream);
+                }
+                Err(e) => last = e.into(),
+            }
+        }
+        // None took it: the name may lead elsewhere now.
+        self.resolved.clear();
+        Err(last)
+    }
 }
 
 /// `exchange`, or `TimedOut` once `timeout` has passed.
@@ -364,8 +450,7 @@ pub struct Connection {
 }
 
 impl Connection {
-    async fn open(endpoint: &Endpoint) -> Result<Connection, Failure> {
-        let stream = connect(endpoint).await?;
+    async fn open(stream: TcpStream) -> Result<Connection, Failure> {
         let (sender, driver) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(classify)?;
@@ -457,25 +542,6 @@ fn drive(driver: Pin<&mut Driver>, ended: &mut bool, cx: &mut Context<'_>) -> Po
     let result = std::task::ready!(driver.poll(cx));
     *ended = true;
     Poll::Ready(result.map_err(classify))
-}
-
-/// Opens (and drops) a connection, bounded by `timeout`: whether anything listens.
-pub async fn connect_within(endpoint: &Endpoint, timeout: Duration) -> Result<(), Failure> {
-    within(timeout, connect(endpoint)).await.map(drop)
-}
-
-async fn connect(endpoint: &Endpoint) -> Result<TcpStream, Failure> {
-    let mut last = Failure::Refused;
-    for addr in endpoint.addrs().await? {
-        match TcpStream::connect(addr).await {
-            Ok(stream) => {
-                let _ = stream.set_nodelay(true);
-                return Ok(stream);
-            }
-            Err(e) => last = e.into(),
-        }
-    }
-    Err(last)
 }
 
 fn classify(e: hyper::Error) -> Failure {

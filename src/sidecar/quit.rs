@@ -98,10 +98,11 @@ async fn quit_one(
     let mut attempts = 0u32;
     // Whether an attempt reached the sidecar (it accepted the connection).
     let mut reached = false;
+    let mut client = http::Client::new(endpoint);
     loop {
         attempts += 1;
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let result = http::request(endpoint, Method::POST, request_timeout, remaining).await;
+        let result = client.request(Method::POST, request_timeout, remaining).await;
         let ms = started.elapsed().as_millis();
         match result {
             Ok(status) if (200..300).contains(&status) => {
@@ -210,9 +211,10 @@ async fn quit_one(
 /// the budget ends: then warns that it accepted the quit but kept running.
 async fn verify_gone(endpoint: &Endpoint, deadline: Instant) {
     let started = Instant::now();
+    let mut client = http::Client::new(endpoint);
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
-        if matches!(http::connect_within(endpoint, remaining).await, Err(Failure::Refused)) {
+        if matches!(client.connect_within(remaining).await, Err(Failure::Refused)) {
             log!(
                 Info,
                 "sidecar exited after the quit",

@@ -63,7 +63,7 @@ async fn wait_one(endpoint: &Endpoint, request_timeout: Duration) -> u32 {
     let mut polls = 0;
     let mut seen = Seen::Nothing;
     let mut since = Instant::now();
-    let mut kept = None;
+    let mut client = http::Client::new(endpoint);
     // Made at the first sleep: most waits end at their first poll.
     let mut timer: Option<Timer> = None;
     loop {
@@ -73,7 +73,7 @@ async fn wait_one(endpoint: &Endpoint, request_timeout: Duration) -> u32 {
         let result = if seen == Seen::Refused && endpoint.refuses() {
             Err(Failure::Refused)
         } else {
-            http::get_reusing(endpoint, request_timeout, &mut kept).await
+            client.get(request_timeout).await
         };
         let now = match &result {
             Ok(status) if (200..300).contains(status) => {
@@ -99,6 +99,10 @@ async fn wait_one(endpoint: &Endpoint, request_timeout: Duration) -> u32 {
             log!(Debug, "sidecar not ready yet", url = &endpoint.url, saw = &what);
             if std::mem::discriminant(&now) != std::mem::discriminant(&seen) {
                 since = started;
+                // A host name is looked up again once per change of state, not per poll.
+                if seen != Seen::Nothing {
+                    client.forget_addresses();
+                }
             }
             seen = now;
         }

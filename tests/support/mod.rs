@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod command;
+pub mod dns;
 pub mod pod;
 pub mod sidecar;
 
