@@ -70,28 +70,80 @@ fn arguments_are_passed_as_given_without_a_shell() {
 
 #[test]
 fn on_a_terminal_the_command_gets_the_foreground() {
-    if skip_unless_able(
-        "on_a_terminal_the_command_gets_the_foreground",
-        lacks(&["/usr/bin/script"]),
-    ) {
-        return;
-    }
     let sidecar = FakeSidecar::ready();
     // script runs meshwrap on a new pseudo-terminal; the command prints its
     // process group and the terminal's foreground group (fields 5 and 8).
-    let inner = format!(
-        "{} -q --ready-url {} --quit-url {} cut -d' ' -f5,8 /proc/self/stat",
-        crate::support::command::meshwrap_bin().display(),
-        sidecar.ready_url(),
-        sidecar.quit_url()
-    );
-    let run = Meshwrap::program("/usr/bin/script")
-        .args(["-qec", &inner, "/dev/null"])
-        .run();
+    let inner = format!("{} cut -d' ' -f5,8 /proc/self/stat", meshwrap_line(&sidecar));
+    let Some(run) = on_a_terminal("on_a_terminal_the_command_gets_the_foreground", &inner) else {
+        return;
+    };
     run.assert_code(0);
     let groups: Vec<&str> = run.stdout.split_whitespace().collect();
     run.check(
         groups.len() == 2 && groups[0] == groups[1],
         "the command's group is the terminal's foreground",
+    );
+}
+
+/// Runs `inner` (a shell command line) on a new pseudo-terminal under script.
+fn on_a_terminal(test: &str, inner: &str) -> Option<Run> {
+    if skip_unless_able(test, lacks(&["/usr/bin/script"])) {
+        return None;
+    }
+    Some(
+        Meshwrap::program("/usr/bin/script")
+            .args(["-qec", inner, "/dev/null"])
+            .run(),
+    )
+}
+
+/// meshwrap's command line for `script`, pointed at `sidecar`.
+fn meshwrap_line(sidecar: &FakeSidecar) -> String {
+    format!(
+        "{} -q --ready-url {} --quit-url {}",
+        crate::support::command::meshwrap_bin().display(),
+        sidecar.ready_url(),
+        sidecar.quit_url()
+    )
+}
+
+#[test]
+fn with_stdin_not_a_terminal_the_command_still_gets_the_sessions_terminal() {
+    let sidecar = FakeSidecar::ready();
+    // stdin is /dev/null, but the session has a terminal (Kubernetes' tty:
+    // true without stdin: true): a command in a background group that read
+    // /dev/tty would be stopped for good.
+    let inner = format!(
+        "{} cut -d' ' -f5,8 /proc/self/stat < /dev/null",
+        meshwrap_line(&sidecar)
+    );
+    let Some(run) = on_a_terminal("with_stdin_not_a_terminal", &inner) else {
+        return;
+    };
+    run.assert_code(0);
+    let groups: Vec<&str> = run.stdout.split_whitespace().collect();
+    run.check(
+        groups.len() == 2 && groups[0] == groups[1],
+        "the command's group is the terminal's foreground",
+    );
+}
+
+#[test]
+fn a_backgrounded_meshwrap_leaves_the_terminal_to_the_shell() {
+    let sidecar = FakeSidecar::ready();
+    // Under job control `&` puts meshwrap in a background group of its own;
+    // its command must not take the foreground from the shell.
+    let inner = format!(
+        "sh -c 'set -m; {} cut -d\" \" -f5,8 /proc/self/stat & wait'",
+        meshwrap_line(&sidecar)
+    );
+    let Some(run) = on_a_terminal("a_backgrounded_meshwrap", &inner) else {
+        return;
+    };
+    run.assert_code(0);
+    let groups: Vec<&str> = run.stdout.split_whitespace().collect();
+    run.check(
+        groups.len() == 2 && groups[0] != groups[1],
+        "the terminal's foreground stayed with the shell",
     );
 }

@@ -232,3 +232,35 @@ fn a_sigpipe_from_meshwraps_own_broken_stderr_is_not_forwarded() {
         .assert_code(0)
         .assert_stdout(&format!("ready\nsignal {}\n", libc::SIGTERM));
 }
+
+/// The state letter of /proc/PID/stat (R, S, T, ...).
+fn state_of(pid: i32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next())
+        .unwrap_or('?')
+}
+
+#[test]
+fn a_command_stopped_by_job_control_stops_meshwrap_and_resumes_with_it() {
+    let sidecar = FakeSidecar::ready();
+    let mut mw = wrapped(&sidecar)
+        .args(["sh", "-c", "echo stopping; kill -TSTP $$; echo resumed"])
+        .spawn();
+    mw.wait_stdout("stopping");
+    // Bounded: meshwrap must stop too, as a job's process would.
+    let deadline = std::time::Instant::now() + BOUND;
+    while state_of(mw.pid()) != 'T' {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "meshwrap did not stop with its command"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    mw.signal(libc::SIGCONT);
+    mw.wait_stdout("resumed");
+    mw.finish()
+        .assert_code(0)
+        .assert_stderr_has("the command was stopped signal=SIGTSTP")
+        .assert_stderr_has("the command was continued");
+}

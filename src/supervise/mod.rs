@@ -26,6 +26,7 @@ pub mod status;
 
 use std::ffi::OsString;
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use libc::pid_t;
 
@@ -33,6 +34,8 @@ use crate::log;
 pub use signals::Signals;
 pub use spawn::{ExecError, SpawnError, exec};
 pub use status::Status;
+
+use reaper::Watched;
 
 /// Where forwarded signals go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,11 +49,13 @@ pub enum ForwardTo {
 /// A started command, not yet reaped.
 pub struct Child {
     pub pid: pid_t,
+    /// The controlling terminal, when meshwrap gave the command its foreground.
+    tty: Option<OwnedFd>,
 }
 
 /// Starts the command in its own process group with a clean signal state.
 pub fn spawn(command: &[OsString]) -> Result<Child, SpawnError> {
-    spawn::spawn(command).map(|pid| Child { pid })
+    spawn::spawn(command).map(|(pid, tty)| Child { pid, tty })
 }
 
 impl Child {
@@ -62,8 +67,10 @@ impl Child {
             if orphans > 0 {
                 log!(Debug, "reaped orphaned processes", count = orphans);
             }
-            if let Some(raw) = found {
-                return Status::from_wait(raw);
+            match found {
+                Some(Watched::Ended(raw)) => return Status::from_wait(raw),
+                Some(Watched::Stopped(sig)) => self.stopped(sig),
+                None => {}
             }
             let mut sig = signals.recv().await;
             while sig != libc::SIGCHLD {
@@ -71,6 +78,44 @@ impl Child {
                 sig = signals.recv().await;
             }
         }
+    }
+
+    /// The command was stopped. By its terminal (SIGTSTP, SIGTTIN,
+    /// SIGTTOU), it is part of a job whose shell waits on meshwrap, not on
+    /// it: meshwrap stops too, so the shell sees the job stopped, and once
+    /// continued (`fg`, `bg`) gives the command the terminal again if it is
+    /// meshwrap's to give, and continues it. As PID 1 nothing could
+    /// continue meshwrap, so it goes straight on; a command stopped for
+    /// reading a terminal meshwrap cannot give it stays stopped (a SIGCONT
+    /// from outside resumes it) rather than stop again at once, forever.
+    /// A plain SIGSTOP is someone's to undo with SIGCONT.
+    fn stopped(&self, sig: libc::c_int) {
+        log!(Info, "the command was stopped", signal = &signals::name(sig));
+        if !matches!(sig, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU) {
+            return;
+        }
+        let foreground = || self.tty.as_ref().is_some_and(spawn::in_foreground);
+        // SAFETY: getpid and kill take and return plain integers.
+        unsafe {
+            if libc::getpid() != 1 {
+                // Returns once meshwrap is continued.
+                libc::kill(libc::getpid(), libc::SIGSTOP);
+            } else if sig != libc::SIGTSTP && !foreground() {
+                log!(
+                    Warn,
+                    "the command is stopped reading a terminal whose foreground meshwrap (PID 1) cannot give it; send it SIGCONT to resume it"
+                );
+                return;
+            }
+        }
+        if let Some(tty) = self.tty.as_ref().filter(|_| foreground()) {
+            // SAFETY: tcsetpgrp takes plain integers; SIGTTOU is blocked, so
+            // a meshwrap that lost the foreground meanwhile would not stop.
+            unsafe { libc::tcsetpgrp(tty.as_raw_fd(), self.pid) };
+        }
+        // SAFETY: kill takes plain integers; the group is the command's own.
+        unsafe { libc::kill(-self.pid, libc::SIGCONT) };
+        log!(Info, "the command was continued");
     }
 
     fn forward(&self, sig: libc::c_int, forward_to: ForwardTo) {

@@ -6,6 +6,10 @@
 //! one may stand for many exits) triggers one pass that reaps every zombie
 //! there is. A second waiter (tokio's `Child::wait`, a `waitpid(pid)`
 //! elsewhere) could steal the command's status, so there is none.
+//!
+//! The pass also reports the command being stopped (`WUNTRACED`): a command
+//! stopped by its terminal waits for a SIGCONT that only its job control can
+//! send, and a waiter that cannot see the stop waits with it forever.
 
 use libc::{c_int, pid_t};
 
@@ -22,21 +26,37 @@ pub fn become_subreaper() -> std::io::Result<()> {
     }
 }
 
-/// Reaps every exited child without blocking. Returns the raw wait status of
-/// `watched` if it was among them, and how many others were reaped.
-pub fn reap(watched: Option<pid_t>) -> (Option<c_int>, u32) {
+/// What became of the watched child in a reap pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watched {
+    /// It has terminated; the raw wait status, its zombie reaped.
+    Ended(c_int),
+    /// It was stopped by this signal (it is still there).
+    Stopped(c_int),
+}
+
+/// Reaps every exited child without blocking, and notes whether `watched`
+/// ended or was stopped. Returns that, and how many others were reaped.
+/// Stops of other children (adopted orphans) are passed over.
+pub fn reap(watched: Option<pid_t>) -> (Option<Watched>, u32) {
     let mut found = None;
     let mut others = 0;
     loop {
         let mut status: c_int = 0;
         // SAFETY: `status` is a valid, writable c_int for the duration of the call.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::WUNTRACED) };
         match pid {
             0 => break,
             -1 if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => continue,
             // ECHILD: no children left at all.
             -1 => break,
-            pid if Some(pid) == watched => found = Some(status),
+            // A stop is reported once, so this loop still ends.
+            pid if libc::WIFSTOPPED(status) => {
+                if Some(pid) == watched {
+                    found = Some(Watched::Stopped(libc::WSTOPSIG(status)));
+                }
+            }
+            pid if Some(pid) == watched => found = Some(Watched::Ended(status)),
             _ => others += 1,
         }
     }

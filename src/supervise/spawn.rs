@@ -15,13 +15,15 @@
 //!   `sigfillset` leaves out the signals libc reserves (32-34), which are
 //!   exactly the ones `signal()` cannot reset, while both libcs' spawn code
 //!   honours every bit of the set.
-//! - **fork + pre_exec** when stdin is a terminal: the child must also make
-//!   its new process group the terminal's foreground (so Ctrl-C reaches it),
-//!   which posix_spawn cannot express.
+//! - **fork + pre_exec** when meshwrap is in the foreground of its
+//!   controlling terminal: the child must also make its new process group
+//!   the terminal's foreground (so Ctrl-C reaches it, and reading the
+//!   terminal does not stop it), which posix_spawn cannot express.
 
 use std::ffi::{CString, OsString};
 use std::io;
 use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
@@ -54,17 +56,46 @@ impl SpawnError {
     }
 }
 
-/// Starts the command in its own process group; returns its pid.
-pub fn spawn(command: &[OsString]) -> Result<pid_t, SpawnError> {
+/// Starts the command in its own process group; returns its pid, and the
+/// controlling terminal if meshwrap gave the command its foreground.
+pub fn spawn(command: &[OsString]) -> Result<(pid_t, Option<OwnedFd>), SpawnError> {
     if command.is_empty() {
         return Err(SpawnError::no_command());
     }
-    // SAFETY: isatty only inspects file descriptor 0.
-    if unsafe { libc::isatty(0) } == 1 {
-        fork_spawn(command)
-    } else {
-        posix_spawn(command)
+    match foreground_terminal() {
+        Some(tty) => fork_spawn(command, &tty).map(|pid| (pid, Some(tty))),
+        None => posix_spawn(command).map(|pid| (pid, None)),
     }
+}
+
+/// meshwrap's controlling terminal, if meshwrap is in its foreground.
+///
+/// The terminal is the session's, not stdin's: under `script ... < /dev/null`
+/// or Kubernetes' `tty: true` without `stdin: true`, stdin is no terminal,
+/// yet a command that reads `/dev/tty` from a background group is stopped.
+/// And only a foreground meshwrap may hand the foreground on: a `meshwrap &`
+/// under job control that took it would take it from the shell.
+fn foreground_terminal() -> Option<OwnedFd> {
+    // SAFETY: open takes a NUL-terminated path; O_NOCTTY keeps a terminal
+    // from becoming ours by this open. ENXIO means there is none.
+    let fd = unsafe {
+        libc::open(
+            c"/dev/tty".as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: open returned a new descriptor that nothing else owns.
+    let tty = unsafe { OwnedFd::from_raw_fd(fd) };
+    in_foreground(&tty).then_some(tty)
+}
+
+/// Whether meshwrap's process group is the terminal's foreground.
+pub(super) fn in_foreground(tty: &OwnedFd) -> bool {
+    // SAFETY: tcgetpgrp and getpgrp take and return plain integers.
+    unsafe { libc::tcgetpgrp(tty.as_raw_fd()) == libc::getpgrp() }
 }
 
 fn posix_spawn(command: &[OsString]) -> Result<pid_t, SpawnError> {
@@ -167,17 +198,19 @@ impl Drop for Attr {
 }
 
 /// The terminal case: fork, and in the child take the terminal's foreground.
-fn fork_spawn(command: &[OsString]) -> Result<pid_t, SpawnError> {
+fn fork_spawn(command: &[OsString], tty: &OwnedFd) -> Result<pid_t, SpawnError> {
+    let tty = tty.as_raw_fd();
     let mut cmd = Command::new(&command[0]);
     cmd.args(&command[1..]).process_group(0);
     // SAFETY: the hook runs in the forked child before exec and makes only
     // async-signal-safe calls (signal, tcsetpgrp, getpid, rt_sigaction,
-    // pthread_sigmask); it allocates nothing.
+    // rt_sigprocmask); it allocates nothing. `tty` is open in the child until
+    // the exec closes it.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             // A background group calling tcsetpgrp gets SIGTTOU unless it is ignored.
             libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-            libc::tcsetpgrp(0, libc::getpid());
+            libc::tcsetpgrp(tty, libc::getpid());
             clean_signal_state()
         });
     }

@@ -7,7 +7,7 @@ pub mod dns;
 pub mod pod;
 pub mod sidecar;
 
-pub use command::{Meshwrap, Run, Running, Stream, probe_bin};
+pub use command::{BOUND, Meshwrap, Run, Running, Stream, probe_bin};
 pub use sidecar::{Connections, FakeSidecar, Reply};
 
 /// meshwrap pointed at `sidecar` for both readiness and quit.
