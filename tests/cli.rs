@@ -194,17 +194,16 @@ fn the_readme_usage_is_the_help_text() {
 
 #[test]
 fn a_command_name_cannot_forge_a_log_line() {
-    let forged = "/nonexistent/x\nmeshwrap: sidecar quit url=http://forged/\x1b[2K";
+    // No space, quote or '=' (tabs instead), so only escaping control
+    // characters keeps the newline from starting a line of its own.
+    let forged = "/nonexistent/x\nmeshwrap:\tsidecar\tquit\x1b[2K";
     let run = Meshwrap::new().args(["--sidecar", "none", forged]).run();
     run.assert_code(127);
     run.check(
         run.stderr.lines().all(|l| l.starts_with("meshwrap: ")) && !run.stderr.contains('\x1b'),
         "every line is meshwrap's own, with no escape code",
     );
-    run.check(
-        !run.stderr.lines().any(|l| l.starts_with("meshwrap: sidecar quit")),
-        "no forged line",
-    );
+    run.check(!run.stderr.contains("sidecar\tquit"), "the tabs are escaped too");
 }
 
 #[test]
