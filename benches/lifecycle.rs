@@ -24,9 +24,12 @@ use std::time::Duration;
 mod http;
 
 fn now_ns() -> u64 {
-    // SAFETY: clock_gettime writes one timespec.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // SAFETY: an all-zero timespec is valid; clock_gettime writes one timespec.
+    let ts = unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+        ts
+    };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -263,9 +266,12 @@ impl Running {
         // The `sleep` helper ends when its stdin closes.
         drop(self.child.stdin.take());
         let mut status = 0;
-        // SAFETY: wait4 fills `status` and `usage` for our own child.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        unsafe { libc::wait4(self.child.id() as i32, &mut status, 0, &mut usage) };
+        // SAFETY: an all-zero rusage is valid; wait4 fills `status` and `usage` for our own child.
+        let usage = unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            libc::wait4(self.child.id() as i32, &mut status, 0, &mut usage);
+            usage
+        };
         let cpu = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
         let code = if libc::WIFEXITED(status) {
             libc::WEXITSTATUS(status)
@@ -802,9 +808,12 @@ impl Bench {
         let cpu_per = |sleep: bool, connect: bool| {
             // The thread's CPU clock: getrusage's per-thread figures lag by ticks.
             let cpu_now = || {
-                // SAFETY: clock_gettime writes one timespec.
-                let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-                unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+                // SAFETY: an all-zero timespec is valid; clock_gettime writes one timespec.
+                let ts = unsafe {
+                    let mut ts: libc::timespec = std::mem::zeroed();
+                    libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
+                    ts
+                };
                 ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3
             };
             // A tight loop runs longer, to be well above the clock's resolution.

@@ -7,6 +7,11 @@
 //! reader never sees a half-written binary, and a copy that is running
 //! (a restarted pod reusing the volume) is replaced instead of hitting
 //! "text file busy".
+//!
+//! Any number of installs may share the directory: in a container every one
+//! is pid 1, so the temporary file's name is random and created with
+//! O_EXCL, and only that file is ever removed. A leftover from a killed
+//! install keeps its name and is never reused.
 
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};

@@ -10,9 +10,10 @@
 //! URLs until each answers 2xx, stopping early on `--timeout` or on TERM, INT,
 //! HUP or QUIT; spawn the command in its own process group and, until it ends,
 //! forward every signal to it and reap every zombie (meshwrap is often PID 1),
-//! or with `--exec` become it;
-//! then POST the sidecar's quit URLs once, as `--quit-policy` says, on every
-//! path that follows a successful parse; and exit with the command's status,
+//! or with `--exec` become it, once the signals that came first are handled;
+//! then POST each distinct quit URL once (never again once the sidecar may
+//! have acted on it), as `--quit-policy` says, on every path that follows a
+//! successful parse; and exit with the command's status,
 //! 128+n for a signal, 126/127 when it could not be started, 125 for
 //! meshwrap's own failures. `meshwrap guard`, in a container of its own,
 //! waits for that run to end and quits the sidecar only if meshwrap was
@@ -191,8 +192,9 @@ fn exec(config: &Config, signals: &mut Signals, hold: &mut Option<Hold>) -> u8 {
     if let Some(hold) = hold {
         hold.done(None, Quit::Skipped);
     }
-    // Signals that came since the wait: handled here, not lost at the exec.
-    let early = signals.drain();
+    // Signals read during the wait but not yet handled; those still queued
+    // are read at the last moment before the exec (`supervise::exec`).
+    let early = signals.take_read();
     for &sig in early.iter().filter(|&&sig| !signals::is_termination(sig)) {
         log!(
             Debug,

@@ -7,7 +7,10 @@
 //! copied into every pod, and meshwrap logs a handful of lines per run.
 //!
 //! Each line is formatted whole and written with one `write` call so lines from
-//! meshwrap never interleave mid-line with the command's own stderr.
+//! meshwrap never interleave mid-line with the command's own stderr. Control
+//! characters are escaped, so a value (a command name) cannot end a line and
+//! forge the next. Nothing here panics on a closed or full stream: `print!`
+//! would, and after the spawn a panic kills PID 1.
 
 use std::fmt::Write as _;
 use std::io::Write as _;

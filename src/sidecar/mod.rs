@@ -1,6 +1,9 @@
 //! Talking to sidecars: wait until every ready URL has answered 2xx once, and
 //! POST every quit URL once when the command has ended.
 //!
+//! A URL given twice (by a preset and by `--quit-url`, however written) is
+//! one URL: [`plan`] keeps the first, so no sidecar is told to quit twice.
+//!
 //! Both phases run one small loop per URL, concurrently on the one runtime
 //! thread (`join_all` below), so several sidecars cost no extra threads. Neither
 //! phase knows about signals or deadlines beyond its own: the caller races the

@@ -12,6 +12,12 @@
 //! Without a readable file nothing is known, and meshwrap does what it was
 //! configured to do. A file it cannot parse gets one warning and is then
 //! treated the same way: a wrong guess here would skip a wait or a quit.
+//!
+//! The file is read before meshwrap reads any signal, so reading it must not
+//! block or grow without bound: only a regular file of at most [`MAX_FILE`]
+//! bytes is read, opened without blocking (a FIFO given by mistake would
+//! hang the open), and the Istio status JSON is skipped through without
+//! recursion (nesting 80,000 deep fits in an annotation).
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -15,9 +15,17 @@
 //! - **Signalling a recycled pid.** Signals are forwarded only until the
 //!   command is reaped; an unreaped zombie keeps its pid (and its process
 //!   group id) from being reused.
-//! - **An inherited signal state.** meshwrap clears its own mask at start (a
+//! - **An inherited signal state.** meshwrap sets its own mask at start (a
 //!   blocked SIGTERM would never reach it), and the command starts with an
 //!   empty mask and every disposition at default (see `spawn`).
+//! - **A stop nobody sees.** A command stopped by its terminal waits for a
+//!   SIGCONT from job control, which watches meshwrap, not it. The reaper
+//!   reports stops, and meshwrap stops with the command and continues it
+//!   when continued itself (`Child::stopped`).
+//! - **A signal lost at `--exec`.** Signals still queued when meshwrap
+//!   becomes the command would meet their default action at the exec (kill
+//!   meshwrap, or vanish for PID 1); they are read at the last moment
+//!   instead (`spawn::exec`).
 
 pub mod reaper;
 pub mod signals;

@@ -9,9 +9,14 @@
 //! - **Cheap start.** One sigprocmask and one signalfd, where a handler per
 //!   signal cost about 110 rt_sigaction calls and an allocation churn that
 //!   musl's malloc turned into a hundred mmap/munmap pairs at every start.
-//! - **The sender is known.** Each read carries a siginfo, so a SIGPIPE the
-//!   kernel raised for meshwrap's own broken stderr (sent "by" meshwrap's
-//!   own pid) is not forwarded to the command as if a user had sent it.
+//! - **The sender is known.** Each read carries a siginfo, so a SIGPIPE or
+//!   SIGXFSZ the kernel raised for meshwrap's own write to stderr (sent "by"
+//!   meshwrap's own pid) is not forwarded to the command as if a user had
+//!   sent it.
+//! - **Every signal number.** The mask is the kernel's 64-bit one, set with
+//!   raw syscalls: both libcs refuse to put the signals they reserve (32-34
+//!   in musl) into a `sigset_t`, and one meshwrap did not block would kill
+//!   it, or vanish as PID 1.
 //!
 //! The mask is inherited across fork and exec, so the command is started
 //! with an empty mask (see `spawn`). Every thread must block these signals,
@@ -161,13 +166,14 @@ impl Signals {
 }
 
 impl Signals {
-    /// Every signal received and not yet handed out, read without waiting
-    /// (SIGCHLD and the signals the kernel raised for meshwrap's own writes
-    /// left out). For `--exec`, which must handle them before it goes.
-    pub fn drain(&mut self) -> Vec<c_int> {
-        let mut drained: VecDeque<c_int> = std::mem::take(&mut self.pending);
-        while read_signals(self.fd.get_ref().as_raw_fd(), self.me, &mut drained).is_ok() {}
-        drained.into_iter().filter(|&sig| sig != libc::SIGCHLD).collect()
+    /// The signals already read from the signalfd and not yet handed out
+    /// (SIGCHLD left out). For `--exec`, which must handle them before it
+    /// goes; what is still queued in the kernel, `spawn::exec` reads last.
+    pub fn take_read(&mut self) -> Vec<c_int> {
+        std::mem::take(&mut self.pending)
+            .into_iter()
+            .filter(|&sig| sig != libc::SIGCHLD)
+            .collect()
     }
 
     /// The signalfd, for the last drain just before an exec (see `spawn::exec`).

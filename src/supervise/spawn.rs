@@ -129,6 +129,8 @@ fn posix_spawn(command: &[OsString]) -> Result<pid_t, SpawnError> {
     }
 }
 
+// SAFETY: `environ` is libc's own global (glibc and musl alike), declared
+// with its C type; it is only read, as the array posix_spawn copies.
 unsafe extern "C" {
     /// libc's environment, which std's `env::set_var` also writes.
     static environ: *const *const c_char;
