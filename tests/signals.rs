@@ -144,6 +144,9 @@ fn a_mask_left_by_meshwraps_parent_stays_neither_on_meshwrap_nor_on_the_command(
     }
     let mut mw = mw.spawn();
     mw.wait_stdout("ready");
+    // Logged once posix_spawn has returned: glibc's blocks every signal in
+    // meshwrap until the command has exec'd, and "ready" may come first.
+    mw.wait_stderr("command started");
     assert_eq!(
         mask_of(mw.pid(), "SigBlk:"),
         meshwraps_mask(),

@@ -137,7 +137,7 @@ async fn quit_one(
                 );
                 return Outcome::AlreadyGone;
             }
-            Err(Failure::Unanswered) => {
+            Err(Failure::Unanswered) if attempts == 1 => {
                 log!(
                     Warn,
                     format!(
@@ -148,6 +148,18 @@ async fn quit_one(
                     ms = ms
                 );
                 return Outcome::Unanswered;
+            }
+            // A retry that the budget cut off while it waited: the earlier
+            // tries were not taken, so the quit most likely failed.
+            Err(Failure::Unanswered) => {
+                log!(
+                    Error,
+                    "could not quit the sidecar: it took no quit before --quit-timeout ran out (the last try got no answer in time)",
+                    url = url,
+                    attempts = attempts,
+                    ms = ms
+                );
+                return Outcome::GaveUp;
             }
             Ok(status) if (400..500).contains(&status) => {
                 let hint = target.preset.and_then(|p| p.not_found_hint).filter(|_| status == 404);
