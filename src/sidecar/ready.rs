@@ -30,12 +30,35 @@ use super::http::{self, Endpoint, Failure};
 use super::timer::Timer;
 use crate::log;
 
+/// The schedule: the first interval in ms, the slowdown, the longest
+/// interval in ms. The benchmark compares schedules on the real binary by
+/// building it with `MESHWRAP_BENCH_SCHEDULE="FIRST,SLOWDOWN,MAX"` set;
+/// nothing reads it at run time.
+const SCHEDULE: [u64; 3] = match option_env!("MESHWRAP_BENCH_SCHEDULE") {
+    Some(text) => three_numbers(text.as_bytes()),
+    None => [5, 32, 100],
+};
 /// The shortest interval.
-const FIRST_INTERVAL: Duration = Duration::from_millis(5);
+const FIRST_INTERVAL: Duration = Duration::from_millis(SCHEDULE[0]);
 /// The interval grows by 1/SLOWDOWN of the time spent in a state.
-const SLOWDOWN: u32 = 32;
+const SLOWDOWN: u32 = SCHEDULE[1] as u32;
 /// The longest interval.
-const MAX_INTERVAL: Duration = Duration::from_millis(100);
+const MAX_INTERVAL: Duration = Duration::from_millis(SCHEDULE[2]);
+
+/// `"A,B,C"` as three numbers, at compile time (a malformed value fails the build).
+const fn three_numbers(text: &[u8]) -> [u64; 3] {
+    let (mut out, mut n, mut i) = ([0u64; 3], 0, 0);
+    while i < text.len() {
+        match text[i] {
+            b',' => n += 1,
+            c @ b'0'..=b'9' => out[n] = out[n] * 10 + (c - b'0') as u64,
+            _ => panic!("MESHWRAP_BENCH_SCHEDULE is three numbers: FIRST_MS,SLOWDOWN,MAX_MS"),
+        }
+        i += 1;
+    }
+    assert!(n == 2 && out[1] > 0, "MESHWRAP_BENCH_SCHEDULE is three numbers: FIRST_MS,SLOWDOWN,MAX_MS");
+    out
+}
 
 /// What the last poll of one URL saw, so logs note changes, not every poll.
 #[derive(Clone, Debug, PartialEq, Eq)]
