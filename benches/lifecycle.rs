@@ -159,10 +159,14 @@ impl Sidecar {
     fn listen(&self) -> u64 {
         let listener = match self.reserved.lock().unwrap().take() {
             Some(fd) => {
-                use std::os::fd::{AsRawFd, IntoRawFd, FromRawFd};
+                use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
                 // SAFETY: listen on the socket this sidecar owns; from_raw_fd takes that ownership over.
                 unsafe {
-                    assert_eq!(libc::listen(fd.as_raw_fd(), 128), 0, "listen on the fake sidecar's port");
+                    assert_eq!(
+                        libc::listen(fd.as_raw_fd(), 128),
+                        0,
+                        "listen on the fake sidecar's port"
+                    );
                     TcpListener::from_raw_fd(fd.into_raw_fd())
                 }
             }
@@ -409,7 +413,11 @@ fn start(wrapper: Wrapper, sidecars: &[&Sidecar], mode: &str, extra: &[&str]) ->
     let helper = format!("{} --helper {mode}", me.display());
     let mut cmd = match wrapper {
         Wrapper::Meshwrap | Wrapper::Schedule(_) => {
-            let bin = if let Wrapper::Schedule(bin) = wrapper { bin } else { meshwrap_bin() };
+            let bin = if let Wrapper::Schedule(bin) = wrapper {
+                bin
+            } else {
+                meshwrap_bin()
+            };
             let mut cmd = Command::new(bin);
             cmd.arg("-q");
             for s in sidecars {
@@ -1145,14 +1153,28 @@ impl Bench {
         std::fs::write(format!("{root}/BENCHMARKS.md"), md + "\n" + &explained).unwrap();
         let mut all: Vec<(String, &Sample, &str, bool)> = Vec::new();
         for ((window, refused, answering), color) in readiness.windows.iter().zip(["#2e9e4f", "#1f6fd0", "#8a4fbf"]) {
-            all.push((format!("meshwrap, {}, refused -> 200", window_name(*window)), refused, color, true));
-            all.push((format!("meshwrap, {}, 503 -> 200", window_name(*window)), answering, color, false));
+            all.push((
+                format!("meshwrap, {}, refused -> 200", window_name(*window)),
+                refused,
+                color,
+                true,
+            ));
+            all.push((
+                format!("meshwrap, {}, 503 -> 200", window_name(*window)),
+                answering,
+                color,
+                false,
+            ));
         }
         if let Some(baseline) = &readiness.baseline {
             all.push(("bash + curl recipe, 1-3 s".into(), baseline, "#d05050", false));
         }
         std::fs::write(format!("{root}/images/readiness-latency.svg"), plot(&all)).unwrap();
-        std::fs::write(format!("{root}/images/schedule-tradeoff.svg"), tradeoff_plot(&schedules)).unwrap();
+        std::fs::write(
+            format!("{root}/images/schedule-tradeoff.svg"),
+            tradeoff_plot(&schedules),
+        )
+        .unwrap();
     }
 }
 
@@ -1180,7 +1202,13 @@ const SCHEDULES: [(&str, &str); 4] = [
 const DEFAULT_SCHEDULE: &str = "8,48,100";
 
 fn window_name((from, to): (u64, u64)) -> String {
-    let s = |ms: u64| if ms % 1000 == 0 { format!("{}", ms / 1000) } else { format!("{}", ms as f64 / 1000.0) };
+    let s = |ms: u64| {
+        if ms % 1000 == 0 {
+            format!("{}", ms / 1000)
+        } else {
+            format!("{}", ms as f64 / 1000.0)
+        }
+    };
     format!("{}-{} s", s(from), s(to))
 }
 
@@ -1211,7 +1239,9 @@ fn latencies(wrapper: Wrapper, refused: bool, window: (u64, u64), n: usize, seed
     };
     let mut all = Vec::new();
     while all.len() < n {
-        let delays: Vec<Duration> = (0..trials_at_once(window).min(n - all.len())).map(|_| delay()).collect();
+        let delays: Vec<Duration> = (0..trials_at_once(window).min(n - all.len()))
+            .map(|_| delay())
+            .collect();
         thread::scope(|scope| {
             let trials: Vec<_> = delays
                 .into_iter()
@@ -1250,7 +1280,15 @@ fn build_with_schedule(spec: &str) -> &'static str {
     let musl = ["--target", "x86_64-unknown-linux-musl"];
     let build = |target: &[&str]| {
         Command::new(&cargo)
-            .args(["build", "--quiet", "--release", "--bin", "meshwrap", "--target-dir", &dir])
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "--bin",
+                "meshwrap",
+                "--target-dir",
+                &dir,
+            ])
             .args(target)
             .env("MESHWRAP_BENCH_SCHEDULE", spec)
             .current_dir(root)
@@ -1272,12 +1310,13 @@ fn build_with_schedule(spec: &str) -> &'static str {
 /// Cumulative distributions on a log-scaled millisecond axis; a dashed line
 /// for refused -> 200.
 fn plot(series: &[(String, &Sample, &str, bool)]) -> String {
-    let (w, h, left, right, top, bottom) = (760.0, 420.0, 60.0, 20.0, 40.0, 50.0);
+    let legend = 16.0 * series.len() as f64 + 10.0;
+    let (w, h, left, right, top, bottom) = (760.0, 380.0 + legend, 60.0, 20.0, 40.0, 50.0 + legend);
     let (lo, hi) = (0.1f64.log10(), 2000f64.log10());
     let x = |ms: f64| left + (ms.max(0.1).log10() - lo) / (hi - lo) * (w - left - right);
     let y = |q: f64| top + (1.0 - q) * (h - top - bottom);
     let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n<rect width=\"{w}\" height=\"{h}\" fill=\"#fff\"/>\n<text x=\"{left}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">Readiness latency: sidecar ready -> command's first instruction (CDF), by when the sidecar turns ready</text>\n"
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n<rect width=\"{w}\" height=\"{h}\" fill=\"#fff\"/>\n<text x=\"{left}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">Readiness latency (CDF): sidecar ready -> command's first instruction</text>\n"
     );
     for tick in [0.1, 1.0, 10.0, 100.0, 1000.0] {
         let tx = x(tick);
@@ -1313,7 +1352,7 @@ fn plot(series: &[(String, &Sample, &str, bool)]) -> String {
             "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"{dash} points=\"{}\"/>\n",
             points.join(" ")
         );
-        let ly = top + 14.0 + 16.0 * i as f64;
+        let ly = h - legend + 4.0 + 16.0 * i as f64;
         svg += &format!(
             "<line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"{color}\" stroke-width=\"3\"{dash}/><text x=\"{:.1}\" y=\"{:.1}\">{name}: median {} ms</text>\n",
             left + 8.0,
@@ -1334,18 +1373,28 @@ fn plot(series: &[(String, &Sample, &str, bool)]) -> String {
 /// longest window against the CPU of the minute after. Dotted lines are
 /// the targets; the default schedule's points are filled.
 fn tradeoff_plot(candidates: &[Candidate]) -> String {
-    let (w, h) = (860.0, 450.0);
+    let (w, h) = (900.0, 450.0);
     let colors = ["#2e9e4f", "#1f6fd0", "#8a4fbf"];
     let mut svg = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n<rect width=\"{w}\" height=\"{h}\" fill=\"#fff\"/>\n<text x=\"20\" y=\"24\" font-size=\"15\" font-weight=\"bold\">Readiness schedules: median latency (503 -> 200) against the CPU spent waiting</text>\n"
     );
     // One panel: x in CPU units, y in ms; points (x, y, color, label, filled).
-    let mut panel = |x0: f64, title: &str, x_label: &str, x_max: f64, x_target: f64, points: Vec<(f64, f64, &str, String, bool)>, y_targets: &[(f64, &str)]| {
+    let mut panel = |x0: f64,
+                     title: &str,
+                     x_label: &str,
+                     x_max: f64,
+                     x_target: f64,
+                     points: Vec<(f64, f64, &str, String, bool)>,
+                     y_targets: &[(f64, &str)]| {
         let (pw, ph, top) = (360.0, 280.0, 60.0);
         let y_max = 80.0;
+        let x0 = x0 + 20.0;
         let x = |v: f64| x0 + 50.0 + v.min(x_max) / x_max * pw;
         let y = |v: f64| top + ph - v.min(y_max) / y_max * ph;
-        svg += &format!("<text x=\"{:.1}\" y=\"48\" font-weight=\"bold\">{title}</text>\n", x0 + 50.0);
+        svg += &format!(
+            "<text x=\"{:.1}\" y=\"48\" font-weight=\"bold\">{title}</text>\n",
+            x0 + 50.0
+        );
         svg += &format!(
             "<rect x=\"{:.1}\" y=\"{top}\" width=\"{pw}\" height=\"{ph}\" fill=\"none\" stroke=\"#888\"/>\n",
             x0 + 50.0
@@ -1360,10 +1409,9 @@ fn tradeoff_plot(candidates: &[Candidate]) -> String {
             );
             let t = y_max * i as f64 / 4.0;
             svg += &format!(
-                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" fill=\"#555\">{} ms</text>\n",
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" fill=\"#555\">{t:.0} ms</text>\n",
                 x0 + 46.0,
-                y(t) + 4.0,
-                fmt(t)
+                y(t) + 4.0
             );
         }
         svg += &format!(
@@ -1386,14 +1434,16 @@ fn tradeoff_plot(candidates: &[Candidate]) -> String {
                 y(*t)
             );
         }
-        for (px, py, color, label, filled) in points {
+        for (i, (px, py, color, label, filled)) in points.into_iter().enumerate() {
             let fill = if filled { color } else { "#fff" };
+            // Labels alternate above and below, so close points stay readable.
+            let dy = if i % 2 == 0 { 15.0 } else { -7.0 };
             svg += &format!(
                 "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"5\" fill=\"{fill}\" stroke=\"{color}\" stroke-width=\"2\"/><text x=\"{:.1}\" y=\"{:.1}\" fill=\"#333\">{label}</text>\n",
                 x(px),
                 y(py),
-                x(px) + 7.0,
-                y(py) - 6.0
+                x(px) + 6.0,
+                y(py) + dy
             );
         }
     };

@@ -61,7 +61,10 @@ const fn three_numbers(text: &[u8]) -> [u64; 3] {
         }
         i += 1;
     }
-    assert!(n == 2 && out[1] > 0, "MESHWRAP_BENCH_SCHEDULE is three numbers: FIRST_MS,SLOWDOWN,MAX_MS");
+    assert!(
+        n == 2 && out[1] > 0,
+        "MESHWRAP_BENCH_SCHEDULE is three numbers: FIRST_MS,SLOWDOWN,MAX_MS"
+    );
     out
 }
 
