@@ -1203,7 +1203,7 @@ const DEFAULT_SCHEDULE: &str = "8,48,100";
 
 fn window_name((from, to): (u64, u64)) -> String {
     let s = |ms: u64| {
-        if ms % 1000 == 0 {
+        if ms.is_multiple_of(1000) {
             format!("{}", ms / 1000)
         } else {
             format!("{}", ms as f64 / 1000.0)
