@@ -53,13 +53,14 @@ fn say(line: &str) {
 /// forwards too, so the probe talks to the kernel directly.
 static CATCHABLE: u64 = !(1 << (libc::SIGCHLD - 1));
 
-fn block_all() {
+/// Adds `mask` (the kernel's form) to the blocked signals.
+fn block(mask: u64) {
     // SAFETY: rt_sigprocmask reads the 8-byte mask; the old mask is not asked for.
     unsafe {
         libc::syscall(
             libc::SYS_rt_sigprocmask,
             libc::SIG_BLOCK,
-            &raw const CATCHABLE,
+            &raw const mask,
             std::ptr::null_mut::<u64>(),
             8usize,
         )
@@ -67,7 +68,7 @@ fn block_all() {
 }
 
 fn signals(prefix: &str) -> ! {
-    block_all();
+    block(CATCHABLE);
     say(&format!("{prefix}ready"));
     loop {
         // SAFETY: rt_sigtimedwait reads the 8-byte mask; no siginfo, no timeout.
@@ -94,18 +95,9 @@ fn signals(prefix: &str) -> ! {
 /// arrived at its first instruction.
 fn pending(sig: i32, command: &[&str]) {
     use std::os::unix::process::CommandExt;
-    let mask: u64 = 1 << (sig - 1);
-    // SAFETY: rt_sigprocmask reads the 8-byte mask; kill takes plain integers.
-    unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_BLOCK,
-            &raw const mask,
-            std::ptr::null_mut::<u64>(),
-            8usize,
-        );
-        libc::kill(libc::getpid(), sig);
-    }
+    block(1 << (sig - 1));
+    // SAFETY: getpid and kill take plain integers.
+    unsafe { libc::kill(libc::getpid(), sig) };
     let error = std::process::Command::new(command[0]).args(&command[1..]).exec();
     eprintln!("probe: cannot exec {}: {error}", command[0]);
     std::process::exit(127);
