@@ -541,6 +541,12 @@ impl Bench {
         });
     }
 
+    /// Runs per readiness window: three times as many within 3 s, where a
+    /// batch is short and a median's noise is most of its margin.
+    fn runs_in(&self, window: (u64, u64)) -> usize {
+        if window.1 <= 3000 { 3 * self.runs } else { self.runs }
+    }
+
     /// Whether a measured figure meets its target; not judged in a --quick run,
     /// whose few runs (and 1 s waits) are a smoke test, not a measurement.
     fn judged(&self, met: bool) -> Option<bool> {
@@ -642,8 +648,9 @@ impl Bench {
         let mut seed = now_ns();
         let mut windows = Vec::new();
         for &(window, target) in &WINDOWS {
-            let refused = latencies(Wrapper::Meshwrap, true, window, self.runs, &mut seed);
-            let answering = latencies(Wrapper::Meshwrap, false, window, self.runs, &mut seed);
+            let n = self.runs_in(window);
+            let refused = latencies(Wrapper::Meshwrap, true, window, n, &mut seed);
+            let answering = latencies(Wrapper::Meshwrap, false, window, n, &mut seed);
             for (state, sample) in [("refused -> 200", &refused), ("503 -> 200", &answering)] {
                 // The shortest window keeps its p95 target too.
                 let (met, target_text) = if window.0 < 1000 {
@@ -680,7 +687,7 @@ impl Bench {
         } else {
             None
         };
-        self.note(format!("readiness: the sidecar turns ready at a uniformly random moment in each window after the wrapper starts (an Istio proxy in a cluster typically takes 1-3 s: it waits for its configuration from istiod); the 503 case answers 503 from the start. Latency is from the flip to the command's first instruction, so it includes meshwrap's spawn of the command. {} runs per window and state, 10 at a time in the shortest window and 25 in the others (each mostly sleeps: a few per cent of a core in all)", self.runs));
+        self.note(format!("readiness: the sidecar turns ready at a random moment in each window after the wrapper starts (stratified: one in each of as many equal slices of the window as there are runs) (an Istio proxy in a cluster typically takes 1-3 s: it waits for its configuration from istiod); the 503 case answers 503 from the start. Latency is from the flip to the command's first instruction, so it includes meshwrap's spawn of the command. {} runs per window and state within 3 s, {} in the 8-12 s window, 10 at a time in the shortest window and 25 in the others (each mostly sleeps: a few per cent of a core in all)", self.runs_in(WINDOWS[0].0), self.runs));
         Readiness { windows, baseline }
     }
 
@@ -692,16 +699,16 @@ impl Bench {
             self.note("schedules: not compared in a --quick run".into());
             return None;
         }
-        let runs = self.runs;
         let mut seed = now_ns() ^ 0x5eed;
         let built: Vec<(&'static str, &'static str, &'static str)> = SCHEDULES
             .iter()
             .map(|&(name, spec)| (name, spec, build_with_schedule(spec)))
             .collect();
-        // CPU: one candidate at a time (CPU caches stay warmer with company,
-        // which flatters every figure), a 5 s and a 35 s wait side by side;
-        // by 5 s every candidate polls at its longest interval, so 30 s
-        // stand for the minute after.
+        // CPU: each wait alone, as the "CPU over a 5 s wait" row measures it
+        // (with company, CPU caches stay warmer and every figure reads
+        // low): the median of three 5 s waits, and a 35 s wait whose last
+        // 30 s stand for the minute after (by 5 s every candidate polls at
+        // its longest interval).
         let cpu: Vec<(f64, f64)> = built
             .iter()
             .map(|&(_, _, bin)| {
@@ -717,19 +724,17 @@ impl Bench {
                     );
                     ms(r.wait().1)
                 };
-                thread::scope(|scope| {
-                    let five = scope.spawn(|| waited(5));
-                    let long = waited(35);
-                    let five = five.join().unwrap();
-                    (five, (long - five) * 2.0)
-                })
+                let five = Sample((0..3).map(|_| waited(5)).collect()).median();
+                (five, (waited(35) - five) * 2.0)
             })
             .collect();
         let mut candidates = Vec::new();
         for (&(name, spec, bin), (first5, minute)) in built.iter().zip(cpu) {
             let medians: Vec<f64> = WINDOWS
                 .iter()
-                .map(|&(window, _)| latencies(Wrapper::Schedule(bin), false, window, runs, &mut seed).median())
+                .map(|&(window, _)| {
+                    latencies(Wrapper::Schedule(bin), false, window, self.runs_in(window), &mut seed).median()
+                })
                 .collect();
             let chosen = spec == DEFAULT_SCHEDULE;
             self.row(
@@ -757,7 +762,7 @@ impl Bench {
                 chosen,
             });
         }
-        self.note(format!("schedules: each candidate is the real static binary built with MESHWRAP_BENCH_SCHEDULE (first interval, slowdown, longest interval); latency is 503 -> 200, {runs} runs per window; CPU is over a 5 s and a 35 s wait for a sidecar that answers 503, one candidate at a time, and 'after' is the difference, per minute"));
+        self.note("schedules: each candidate is the real static binary built with MESHWRAP_BENCH_SCHEDULE (first interval, slowdown, longest interval); latency is 503 -> 200, as many runs per window as above; CPU is over a 5 s wait (the median of three) and a 35 s wait for a sidecar that answers 503, each wait alone, and 'after' is the difference, per minute".into());
         Some(candidates)
     }
 
@@ -1230,18 +1235,30 @@ struct Candidate {
 
 /// `n` readiness latencies (ms) of `wrapper`, the sidecar turning ready at a
 /// random moment in `window` (ms after the start), `trials_at_once` at a time.
+///
+/// The moments are stratified: the window is cut into `n` equal slices and
+/// each trial's moment is random within its own slice (the slices in random
+/// order). Where the flip falls against the poll schedule is what the
+/// latency depends on, and plain random moments clump: with 100 of them a
+/// window's median moved by 5 ms or more from run to run.
 fn latencies(wrapper: Wrapper, refused: bool, window: (u64, u64), n: usize, seed: &mut u64) -> Sample {
-    let mut delay = || {
+    let mut random = || {
         *seed ^= *seed << 13;
         *seed ^= *seed >> 7;
         *seed ^= *seed << 17;
-        Duration::from_millis(window.0 + *seed % (window.1 - window.0 + 1))
+        *seed
     };
+    let span_us = (window.1 - window.0) * 1000;
+    let mut moments: Vec<Duration> = (0..n as u64)
+        .map(|k| Duration::from_micros(window.0 * 1000 + (k * span_us + random() % span_us) / n as u64))
+        .collect();
+    for i in (1..moments.len()).rev() {
+        moments.swap(i, (random() % (i as u64 + 1)) as usize);
+    }
     let mut all = Vec::new();
     while all.len() < n {
-        let delays: Vec<Duration> = (0..trials_at_once(window).min(n - all.len()))
-            .map(|_| delay())
-            .collect();
+        let take = trials_at_once(window).min(n - all.len());
+        let delays: Vec<Duration> = moments.drain(..take).collect();
         thread::scope(|scope| {
             let trials: Vec<_> = delays
                 .into_iter()
