@@ -1,0 +1,186 @@
+//! `kubectl meshwrap inject`: files, folders or stdin through the transform,
+//! to stdout or back into the files, with a line per workload on stderr.
+//!
+//! Every input is read and transformed before anything is written, so bad
+//! input stops the run with nothing written. `--in-place` replaces a file
+//! by renaming a complete new file over it, so a reader (or a crash) sees
+//! the old file or the new one, never half of either, and reading the input
+//! is finished before its replacement exists (no `> same-file` truncation).
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use crate::stream::{self, Entry, Verdict};
+use crate::transform::Options;
+use crate::workloads::TemplatePath;
+
+pub struct Request {
+    pub files: Vec<String>,
+    pub in_place: bool,
+    pub strict: bool,
+    pub options: Options,
+    pub taught: Vec<TemplatePath>,
+}
+
+/// The inputs, folders walked (their .yaml, .yml and .json files, sorted).
+fn inputs(files: &[String]) -> Result<Vec<PathBuf>, String> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<_, _>>()?;
+        entries.sort();
+        for path in entries {
+            if path.is_dir() {
+                walk(&path, out)?;
+            } else if path
+                .extension()
+                .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+            {
+                out.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    for f in files {
+        let path = PathBuf::from(f);
+        if f == "-" {
+            out.push(path);
+        } else if path.is_dir() {
+            walk(&path, &mut out).map_err(|e| format!("-f {f}: {e}"))?;
+        } else if path.exists() {
+            out.push(path);
+        } else {
+            return Err(format!("-f {f}: no such file or folder"));
+        }
+    }
+    Ok(out)
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    let mut bytes = Vec::new();
+    let result = if path == Path::new("-") {
+        std::io::stdin().read_to_end(&mut bytes)
+    } else {
+        std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut bytes))
+    };
+    result.map_err(|e| format!("{}: {e}", path.display()))?;
+    String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", path.display()))
+}
+
+/// Writes `text` over `path` by renaming a new file in its folder over it.
+pub fn replace(path: &Path, text: &str) -> Result<(), String> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let fail = |e: std::io::Error| format!("{}: {e}", path.display());
+    let permissions = std::fs::metadata(path).map_err(fail)?.permissions();
+    for attempt in 0..100u32 {
+        let temp = dir.join(format!(".{name}.meshwrap-{}-{attempt}", std::process::id()));
+        let mut file = match std::fs::OpenOptions::new().write(true).create_new(true).open(&temp) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(fail(e)),
+        };
+        let written = file
+            .write_all(text.as_bytes())
+            .and_then(|()| file.set_permissions(permissions.clone()))
+            .and_then(|()| file.sync_all())
+            .and_then(|()| std::fs::rename(&temp, path));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&temp);
+            return Err(fail(e));
+        }
+        return Ok(());
+    }
+    Err(format!("{}: no free temporary name beside it", path.display()))
+}
+
+/// A report line for `kubectl logs`-style reading: one per pod template.
+pub fn line(source: &str, e: &Entry) -> String {
+    let verdict = match e.verdict {
+        Verdict::Injected => "injected",
+        Verdict::Unchanged => "unchanged",
+        Verdict::Skipped => "skipped",
+        Verdict::Error => "error",
+    };
+    format!("{source}: {}: {verdict}: {}", e.what, e.message)
+}
+
+/// Runs inject; the exit code.
+pub fn run(req: &Request) -> i32 {
+    let files = if req.files.is_empty() {
+        vec!["-".to_string()]
+    } else {
+        req.files.clone()
+    };
+    if req.in_place && files.iter().any(|f| f == "-") {
+        crate::say("--in-place: needs files or folders, not stdin (-)");
+        return 2;
+    }
+    let paths = match inputs(&files) {
+        Ok(p) => p,
+        Err(e) => {
+            crate::say(&e);
+            return 2;
+        }
+    };
+    let mut results = Vec::new();
+    for path in &paths {
+        match read(path) {
+            Ok(text) => {
+                let result = stream::run(&text, &req.options, &req.taught, None);
+                results.push((path, text, result));
+            }
+            Err(e) => {
+                crate::say(&e);
+                return 1;
+            }
+        }
+    }
+    let (mut failed, mut skipped) = (false, false);
+    let mut stdout = std::io::stdout().lock();
+    for (i, (path, before, result)) in results.iter().enumerate() {
+        let source = if path.as_os_str() == "-" {
+            "stdin".to_string()
+        } else {
+            path.display().to_string()
+        };
+        for e in &result.entries {
+            crate::say(&line(&source, e));
+            failed |= e.verdict == Verdict::Error;
+            skipped |= e.verdict == Verdict::Skipped;
+        }
+        if req.in_place {
+            if result.text != *before
+                && let Err(e) = replace(path, &result.text)
+            {
+                crate::say(&e);
+                failed = true;
+            }
+            continue;
+        }
+        let mut text = result.text.clone();
+        if results.len() > 1 {
+            if i > 0 && !text.starts_with("---") {
+                text.insert_str(0, "---\n");
+            }
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+        if let Err(e) = stdout.write_all(text.as_bytes()) {
+            crate::say(&format!("stdout: {e}"));
+            return 1;
+        }
+    }
+    if stdout.flush().is_err() {
+        return 1;
+    }
+    if failed || (req.strict && skipped) { 1 } else { 0 }
+}

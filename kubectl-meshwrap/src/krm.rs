@@ -1,0 +1,143 @@
+//! The KRM function: a `ResourceList` on stdin, the same list on stdout with
+//! its items injected and a `results` entry per pod template, as the
+//! kustomize functions spec (and kpt) expect of a transformer.
+//!
+//! A ResourceList is just a List to the transform, so its items go through
+//! the very path `inject` takes, edited in place; the results are one more
+//! addition to the same document. Options come from the functionConfig's
+//! `data` (a ConfigMap) or `spec`, flags filling what it leaves out.
+
+use std::io::{Read, Write};
+
+use serde_json::{Value, json};
+
+use crate::patch::{Op, key};
+use crate::stream::{self, Verdict};
+use crate::transform::{Delivery, Options};
+use crate::workloads::TemplatePath;
+
+fn severity(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Injected | Verdict::Unchanged => "info",
+        Verdict::Skipped => "warning",
+        Verdict::Error => "error",
+    }
+}
+
+/// Options from the functionConfig, over `flags`.
+fn options(list: &Value, flags: &Options) -> Result<(Options, bool), String> {
+    let config = list.get("functionConfig");
+    let field = |name: &str| {
+        config
+            .and_then(|c| {
+                c.get("data")
+                    .and_then(|d| d.get(name))
+                    .or_else(|| c.get("spec").and_then(|s| s.get(name)))
+            })
+            .and_then(|v| match v {
+                Value::String(s) => Some(s.clone()),
+                Value::Bool(b) => Some(b.to_string()),
+                _ => None,
+            })
+    };
+    let mut opts = flags.clone();
+    if let Some(image) = field("image") {
+        opts.image = image;
+    }
+    if opts.image.is_empty() {
+        return Err(
+            "functionConfig: image is required (the meshwrap image, e.g. registry.example.com/meshwrap:0.1.0)".into(),
+        );
+    }
+    opts.sidecar = field("sidecar").or(opts.sidecar);
+    opts.timeout = field("timeout").or(opts.timeout);
+    opts.quit_policy = field("quitPolicy").or(opts.quit_policy);
+    if let Some(d) = field("delivery") {
+        opts.delivery = match d.as_str() {
+            "init-container" => Delivery::InitContainer,
+            "image-volume" => Delivery::ImageVolume,
+            _ => {
+                return Err(format!(
+                    "functionConfig: delivery \"{d}\" is not init-container or image-volume"
+                ));
+            }
+        };
+    }
+    let strict = field("strict").is_some_and(|s| s == "true");
+    Ok((opts, strict))
+}
+
+/// Runs the function on stdin; the exit code.
+pub fn run(flags: &Options, taught: &[TemplatePath], strict_flag: bool) -> i32 {
+    let mut text = String::new();
+    if let Err(e) = std::io::stdin().read_to_string(&mut text) {
+        crate::say(&format!("stdin: {e}"));
+        return 1;
+    }
+    let list = crate::yaml::tree::parse(&text)
+        .0
+        .into_iter()
+        .next()
+        .map(|d| d.root.to_json());
+    let Some(list) = list.filter(|l| l.get("kind").and_then(Value::as_str) == Some("ResourceList")) else {
+        crate::say("stdin: not a ResourceList (kind: ResourceList, apiVersion: config.kubernetes.io/v1)");
+        return 1;
+    };
+    let (opts, strict) = match options(&list, flags) {
+        Ok(o) => o,
+        Err(e) => {
+            crate::say(&e);
+            return 1;
+        }
+    };
+    let strict = strict || strict_flag;
+    // First pass: the entries, to write them as results in the same edit.
+    let dry = stream::run(&text, &opts, taught, None);
+    let results: Vec<Value> = dry
+        .entries
+        .iter()
+        .map(|e| {
+            let mut r = json!({
+                "message": format!("{}: {}", e.what, e.message),
+                "severity": if strict && e.verdict == Verdict::Skipped { "error" } else { severity(e.verdict) },
+            });
+            if !e.kind.is_empty() {
+                r["resourceRef"] = json!({"apiVersion": e.api_version, "kind": e.kind, "name": e.name});
+                if !e.namespace.is_empty() {
+                    r["resourceRef"]["namespace"] = json!(e.namespace);
+                }
+            }
+            r
+        })
+        .collect();
+    let add_results = move |doc: &Value| -> Vec<Op> {
+        if results.is_empty() {
+            return Vec::new();
+        }
+        match doc.get("results") {
+            Some(Value::Array(existing)) => vec![Op::Insert {
+                path: vec![key("results")],
+                index: existing.len(),
+                values: results.clone(),
+            }],
+            _ => vec![Op::Add {
+                path: Vec::new(),
+                key: "results".into(),
+                value: Value::Array(results.clone()),
+            }],
+        }
+    };
+    let done = stream::run(&text, &opts, taught, Some(&add_results));
+    let errors = done.entries.iter().any(|e| e.verdict == Verdict::Error)
+        || (strict && done.entries.iter().any(|e| e.verdict == Verdict::Skipped));
+    let mut stdout = std::io::stdout().lock();
+    if stdout
+        .write_all(done.text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .is_err()
+    {
+        return 1;
+    }
+    // The spec: a result of severity error fails the function.
+    i32::from(errors)
+}

@@ -1,0 +1,293 @@
+//! Where pod templates live, kind by kind (from the upstream API types), and
+//! what a document that holds containers somewhere unknown is told.
+//!
+//! An unknown kind with `containers` beneath it is never passed through in
+//! silence: it is reported, and `--template-path KIND=PATH` teaches it.
+
+use serde_json::Value;
+
+use crate::patch::{Path, Seg, get, key, under};
+use crate::transform::{Place, Restart};
+
+/// A taught kind: `KIND=PATH`, where PATH's steps are keys, `[]` (every item
+/// of a list) or `*` (every value of a map), as in `spec.workers[].template`.
+#[derive(Clone, Debug)]
+pub struct TemplatePath {
+    pub kind: String,
+    pub steps: Vec<Step>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    Key(String),
+    Each,
+}
+
+impl std::str::FromStr for TemplatePath {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let accepts = "KIND=PATH, e.g. MyJob=spec.workers[].template (`[]`: every item, `*`: every map value)";
+        let (kind, path) = s.split_once('=').ok_or_else(|| format!("\"{s}\" is not {accepts}"))?;
+        let mut steps = Vec::new();
+        for part in path.split('.') {
+            let (name, each) = match part.strip_suffix("[]") {
+                Some(name) => (name, true),
+                None => (part, false),
+            };
+            match name {
+                "" if each => {}
+                "" => return Err(format!("\"{s}\" has an empty step: {accepts}")),
+                "*" => steps.push(Step::Each),
+                _ => steps.push(Step::Key(name.to_string())),
+            }
+            if each {
+                steps.push(Step::Each);
+            }
+        }
+        if kind.is_empty() || steps.is_empty() {
+            return Err(format!("\"{s}\" is not {accepts}"));
+        }
+        Ok(TemplatePath {
+            kind: kind.to_string(),
+            steps,
+        })
+    }
+}
+
+/// One workload of a document: a top-level object or a List's item.
+#[derive(Debug)]
+pub struct Workload {
+    pub kind: String,
+    pub name: String,
+    /// Its pod templates, or why it has none we may touch.
+    pub places: Result<Vec<Place>, String>,
+}
+
+fn expand(doc: &Value, at: Path, steps: &[Step], out: &mut Vec<Path>) {
+    let Some((step, rest)) = steps.split_first() else {
+        out.push(at);
+        return;
+    };
+    match (step, get(doc, &at)) {
+        (Step::Key(k), Some(v)) if v.get(k.as_str()).is_some() => expand(doc, under(&at, &[key(k)]), rest, out),
+        (Step::Each, Some(Value::Array(items))) => {
+            for i in 0..items.len() {
+                expand(doc, under(&at, &[Seg::Index(i)]), rest, out);
+            }
+        }
+        (Step::Each, Some(Value::Object(map))) => {
+            for k in map.keys() {
+                expand(doc, under(&at, &[key(k)]), rest, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn has_containers(v: &Value) -> bool {
+    match v {
+        Value::Object(map) => map.contains_key("containers") || map.values().any(has_containers),
+        Value::Array(items) => items.iter().any(has_containers),
+        _ => false,
+    }
+}
+
+/// A pod template (with `metadata` and `spec`) at `at`.
+fn template(at: Path, label: String, restart: Restart, default_container: Option<&'static str>) -> Place {
+    Place {
+        label,
+        metadata: under(&at, &[key("metadata")]),
+        spec: under(&at, &[key("spec")]),
+        volumes: under(&at, &[key("spec")]),
+        argo: false,
+        restart,
+        default_container,
+    }
+}
+
+fn label(path: &Path) -> String {
+    let mut out = String::new();
+    for seg in path {
+        match seg {
+            Seg::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+/// Kubeflow training operator kinds: the replica specs' field and the
+/// container the operator names.
+fn kubeflow(kind: &str) -> Option<(&'static str, &'static str)> {
+    Some(match kind {
+        "TFJob" => ("tfReplicaSpecs", "tensorflow"),
+        "PyTorchJob" => ("pytorchReplicaSpecs", "pytorch"),
+        "XGBoostJob" => ("xgbReplicaSpecs", "xgboost"),
+        "PaddleJob" => ("paddleReplicaSpecs", "paddle"),
+        "JAXJob" => ("jaxReplicaSpecs", "jax"),
+        "MPIJob" => ("mpiReplicaSpecs", "mpi"),
+        _ => return None,
+    })
+}
+
+/// The workloads of one document.
+pub fn find(doc: &Value, taught: &[TemplatePath]) -> Vec<Workload> {
+    let mut out = Vec::new();
+    find_at(doc, Vec::new(), taught, &mut out);
+    out
+}
+
+fn find_at(doc: &Value, at: Path, taught: &[TemplatePath], out: &mut Vec<Workload>) {
+    let Some(object) = get(doc, &at).filter(|v| v.is_object()) else {
+        return;
+    };
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+    let api = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let group = api.split_once('/').map_or("", |(g, _)| g);
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| {
+            object
+                .pointer("/metadata/generateName")
+                .and_then(Value::as_str)
+                .map(|g| format!("{g}*"))
+        })
+        .unwrap_or_else(|| "(unnamed)".into());
+    if kind == "List" || (kind.ends_with("List") && object.get("items").is_some_and(Value::is_array)) {
+        let count = object["items"].as_array().map_or(0, Vec::len);
+        for i in 0..count {
+            find_at(doc, under(&at, &[key("items"), Seg::Index(i)]), taught, out);
+        }
+        return;
+    }
+    let mut workload = |places: Result<Vec<Place>, String>| {
+        out.push(Workload {
+            kind: kind.clone(),
+            name: name.clone(),
+            places,
+        })
+    };
+    let p = |rest: &[&str]| -> Path { under(&at, &rest.iter().map(|k| key(k)).collect::<Vec<_>>()) };
+    let each = |steps: &str| {
+        let taught: TemplatePath = format!("x={steps}").parse().expect("a built-in path");
+        let mut paths = Vec::new();
+        expand(doc, at.clone(), &taught.steps, &mut paths);
+        paths
+    };
+    if let Some(t) = taught.iter().find(|t| t.kind == kind) {
+        let mut paths = Vec::new();
+        expand(doc, at.clone(), &t.steps, &mut paths);
+        workload(Ok(paths
+            .into_iter()
+            .map(|path| {
+                let label = label(&path);
+                template(path, label, Restart::PodSpec("Never"), None)
+            })
+            .collect()));
+        return;
+    }
+    match (group, kind.as_str()) {
+        ("", "Pod") => workload(Ok(vec![Place {
+            label: "pod".into(),
+            metadata: p(&["metadata"]),
+            spec: p(&["spec"]),
+            volumes: p(&["spec"]),
+            argo: false,
+            restart: Restart::PodSpec("Always"),
+            default_container: None,
+        }])),
+        ("batch", "Job") => workload(Ok(vec![template(p(&["spec", "template"]), "spec.template".into(), Restart::PodSpec("Never"), None)])),
+        ("batch", "CronJob") => workload(Ok(vec![template(
+            p(&["spec", "jobTemplate", "spec", "template"]),
+            "spec.jobTemplate.spec.template".into(),
+            Restart::PodSpec("Never"),
+            None,
+        )])),
+        ("apps", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet") | ("", "ReplicationController") => {
+            workload(Ok(vec![template(p(&["spec", "template"]), "spec.template".into(), Restart::PodSpec("Always"), None)]))
+        }
+        ("kubeflow.org", k) if kubeflow(k).is_some() => {
+            let (field, container) = kubeflow(k).unwrap_or_default();
+            let replicas = object.pointer(&format!("/spec/{field}")).and_then(Value::as_object);
+            let places = replicas
+                .map(|r| {
+                    r.iter()
+                        .map(|(replica, spec)| {
+                            let restart = spec.get("restartPolicy").and_then(Value::as_str).map(str::to_string);
+                            template(p(&["spec", field, replica, "template"]), replica.clone(), Restart::Replica(restart), Some(container))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            workload(Ok(places));
+        }
+        ("jobset.x-k8s.io", "JobSet") => workload(Ok(each("spec.replicatedJobs[].template.spec.template")
+            .into_iter()
+            .map(|path| {
+                let label = label(&path[at.len()..].to_vec());
+                template(path, label, Restart::PodSpec("Never"), None)
+            })
+            .collect())),
+        ("trainer.kubeflow.org", "TrainingRuntime" | "ClusterTrainingRuntime") => {
+            workload(Ok(each("spec.template.spec.replicatedJobs[].template.spec.template")
+                .into_iter()
+                .map(|path| {
+                    let label = label(&path[at.len()..].to_vec());
+                    template(path, label, Restart::PodSpec("Never"), Some("node"))
+                })
+                .collect()))
+        }
+        ("trainer.kubeflow.org", "TrainJob") => workload(Err(
+            "a TrainJob's overrides cannot add the init container and guard meshwrap needs: inject its TrainingRuntime or ClusterTrainingRuntime instead".into(),
+        )),
+        ("ray.io", "RayJob") => workload(Ok(object
+            .pointer("/spec/submitterPodTemplate")
+            .map(|_| {
+                vec![template(
+                    p(&["spec", "submitterPodTemplate"]),
+                    "spec.submitterPodTemplate".into(),
+                    Restart::PodSpec("Never"),
+                    Some("ray-job-submitter"),
+                )]
+            })
+            .unwrap_or_default())),
+        ("ray.io", "RayCluster" | "RayService") => workload(Err(format!(
+            "a {kind}'s head and worker groups run until deleted: left alone (teach a path with --template-path {kind}=PATH to wrap one)"
+        ))),
+        ("argoproj.io", "Workflow" | "WorkflowTemplate" | "ClusterWorkflowTemplate" | "CronWorkflow") => {
+            let spec = if kind == "CronWorkflow" { p(&["spec", "workflowSpec"]) } else { p(&["spec"]) };
+            let templates = get(doc, &spec).and_then(|s| s.get("templates")).and_then(Value::as_array);
+            let mut places = Vec::new();
+            for (i, t) in templates.into_iter().flatten().enumerate() {
+                if !["container", "script", "containerSet"].iter().any(|f| t.get(*f).is_some()) {
+                    continue; // steps, dag, resource, suspend: no container of their own
+                }
+                let entry = under(&spec, &[key("templates"), Seg::Index(i)]);
+                let tname = t.get("name").and_then(Value::as_str).unwrap_or("?");
+                places.push(Place {
+                    label: format!("template {tname}"),
+                    metadata: under(&entry, &[key("metadata")]),
+                    spec: entry,
+                    volumes: spec.clone(),
+                    argo: true,
+                    restart: Restart::Argo,
+                    default_container: Some("main"),
+                });
+            }
+            workload(Ok(places));
+        }
+        _ if has_containers(object) => workload(Err(format!(
+            "unknown kind {}{kind} holds containers: not changed; teach it with --template-path {kind}=PATH (e.g. spec.template)",
+            if api.is_empty() { String::new() } else { format!("{api} ") }
+        ))),
+        _ => {}
+    }
+}

@@ -1,0 +1,632 @@
+//! Turns a plan of additions into text insertions, leaving every byte that is
+//! not added where it was: comments, key order, quoting, flow style, blank
+//! lines and the documents the plan does not touch.
+//!
+//! Where text goes:
+//! - into a block sequence before item i: just before that item's `-`, at
+//!   its column;
+//! - at the end of a block collection: after its last line of content, found
+//!   by walking back from the next token over blank and comment lines, but
+//!   never into the last scalar (a `|` script may hold lines that look like
+//!   comments);
+//! - into a flow collection: JSON after the last item, or after the bracket,
+//!   on a line of its own when the items are one per line (JSON stays JSON);
+//! - a key that holds null: its value is replaced by a flow value.
+//!
+//! New content is block YAML at the surrounding indentation (small maps and
+//! lists of scalars in flow style), its strings plain only when no YAML
+//! reader could take them for anything but a string. The caller re-parses
+//! the result and compares it with the plan applied to JSON, so a layout
+//! this module gets wrong costs an unchanged document, never a wrong one.
+
+use saphyr_parser::ScalarStyle;
+use serde_json::Value;
+
+use super::tree::{Kind, Node};
+use crate::patch::{Op, Seg};
+
+/// Replace `remove` bytes at `at` with `insert`.
+#[derive(Debug)]
+pub struct Edit {
+    pub at: usize,
+    pub remove: usize,
+    pub insert: String,
+}
+
+/// The text edits that carry out `ops` (already folded: no op targets what
+/// another adds) on the document `root` within `text`.
+pub fn edits(text: &str, root: &Node, ops: &[Op]) -> Result<Vec<Edit>, String> {
+    let nl = if text.contains("\r\n") { "\r\n" } else { "\n" };
+    let mut out = Vec::new();
+    for op in ops {
+        let (edit, depth) = match op {
+            Op::Insert { path, index, values } => {
+                (insert(text, nl, find(root, path)?, *index, values)?, path.len() + 1)
+            }
+            Op::Add { path, key, value } => (add(text, nl, find(root, path)?, key, value)?, path.len()),
+        };
+        out.push((edit, depth));
+    }
+    // At one place, what goes into an inner collection (items appended to a
+    // mapping's last list) comes before what goes after it in the outer one
+    // (a key added to that mapping); otherwise the plan's order is kept.
+    out.sort_by_key(|(e, depth)| (e.at, std::cmp::Reverse(*depth)));
+    Ok(out.into_iter().map(|(e, _)| e).collect())
+}
+
+/// `text` with `edits` (sorted by position) applied.
+pub fn apply(text: &str, edits: &[Edit]) -> String {
+    let mut out = String::with_capacity(text.len() + edits.iter().map(|e| e.insert.len()).sum::<usize>());
+    let mut cursor = 0;
+    for e in edits {
+        out.push_str(&text[cursor..e.at]);
+        out.push_str(&e.insert);
+        cursor = e.at + e.remove;
+    }
+    out.push_str(&text[cursor..]);
+    out
+}
+
+fn find<'a>(root: &'a Node, path: &[Seg]) -> Result<&'a Node, String> {
+    let mut node = root;
+    for seg in path {
+        node = match seg {
+            Seg::Key(k) => node.get(k),
+            Seg::Index(i) => node.index(*i),
+        }
+        .ok_or_else(|| format!("nothing at {}", crate::patch::pointer(path)))?;
+    }
+    Ok(node)
+}
+
+fn insert(text: &str, nl: &str, seq: &Node, index: usize, values: &[Value]) -> Result<Edit, String> {
+    let Kind::Seq(items) = &seq.kind else {
+        return Err("not a sequence".into());
+    };
+    if index > items.len() {
+        return Err("index past the end".into());
+    }
+    if seq.flow {
+        return Ok(flow_insert(
+            text,
+            nl,
+            seq.start,
+            items.iter().collect(),
+            index,
+            values,
+            |v| json(v),
+        ));
+    }
+    // Every item's `-` is at the first one's column.
+    let first_dash = dash_before(text, items[0].start);
+    let col = first_dash - line_start(text, first_dash);
+    let mut insert = String::new();
+    if index < items.len() {
+        let dash = dash_before(text, items[index].start);
+        for v in values {
+            insert.push_str("- ");
+            insert.push_str(&item(v, col + 2, nl));
+            insert.push_str(nl);
+            insert.push_str(&" ".repeat(col));
+        }
+        return Ok(Edit {
+            at: dash,
+            remove: 0,
+            insert,
+        });
+    }
+    let at = block_end(text, seq);
+    if at == text.len() && !text.ends_with('\n') {
+        insert.push_str(nl);
+    }
+    for v in values {
+        insert.push_str(&" ".repeat(col));
+        insert.push_str("- ");
+        insert.push_str(&item(v, col + 2, nl));
+        insert.push_str(nl);
+    }
+    Ok(Edit { at, remove: 0, insert })
+}
+
+fn add(text: &str, nl: &str, map: &Node, key: &str, value: &Value) -> Result<Edit, String> {
+    let Kind::Map(entries) = &map.kind else {
+        return Err("not a mapping".into());
+    };
+    if let Some(existing) = map.get(key) {
+        if !existing.is_null() {
+            return Err(format!("{key} is already set"));
+        }
+        // `key: ~`, `key: null` or `key:` with nothing: the value in flow style.
+        let Kind::Scalar { text: scalar, .. } = &existing.kind else {
+            return Err(format!("{key} is not null"));
+        };
+        if existing.end <= existing.start {
+            // An empty value is marked at its key's `:`: write after it.
+            let colon = text[existing.start..]
+                .find(':')
+                .map_or(existing.start, |i| existing.start + i + 1);
+            return Ok(Edit {
+                at: colon,
+                remove: 0,
+                insert: format!(" {}", json(value)),
+            });
+        }
+        let written = if scalar == "~" { 1 } else { scalar.len() };
+        return Ok(Edit {
+            at: existing.start,
+            remove: written,
+            insert: json(value),
+        });
+    }
+    if map.flow {
+        let pairs: Vec<&Node> = entries.iter().map(|(_, v)| v).collect();
+        let keys: Vec<&Node> = entries.iter().map(|(k, _)| k).collect();
+        let entry = format!("{}: {}", json(&Value::String(key.into())), json(value));
+        return Ok(flow_append_entry(text, nl, map.start, &keys, &pairs, entry));
+    }
+    let col = map.start - line_start(text, map.start);
+    let at = block_end(text, map);
+    let mut insert = String::new();
+    if at == text.len() && !text.ends_with('\n') {
+        insert.push_str(nl);
+    }
+    insert.push_str(&" ".repeat(col));
+    insert.push_str(&scalar(&Value::String(key.into())));
+    insert.push(':');
+    insert.push_str(&value_after_key(value, col, nl));
+    insert.push_str(nl);
+    Ok(Edit { at, remove: 0, insert })
+}
+
+/// Inserts rendered `values` into a flow sequence whose `[` is at `open`.
+fn flow_insert(
+    text: &str,
+    nl: &str,
+    open: usize,
+    items: Vec<&Node>,
+    index: usize,
+    values: &[Value],
+    render: impl Fn(&Value) -> String,
+) -> Edit {
+    let rendered: Vec<String> = values.iter().map(render).collect();
+    if items.is_empty() {
+        return Edit {
+            at: open + 1,
+            remove: 0,
+            insert: rendered.join(", "),
+        };
+    }
+    if index < items.len() {
+        let at = items[index].start;
+        let own_line = starts_line(text, at);
+        let sep = if own_line {
+            format!(",{nl}{}", " ".repeat(at - line_start(text, at)))
+        } else {
+            ", ".to_string()
+        };
+        let mut insert = String::new();
+        for r in rendered {
+            insert.push_str(&r);
+            insert.push_str(&sep);
+        }
+        return Edit { at, remove: 0, insert };
+    }
+    let last = items[items.len() - 1];
+    let at = node_end(text, last);
+    let sep = if starts_line(text, last.start) {
+        format!(",{nl}{}", " ".repeat(last.start - line_start(text, last.start)))
+    } else {
+        ", ".to_string()
+    };
+    let mut insert = String::new();
+    for r in rendered {
+        insert.push_str(&sep);
+        insert.push_str(&r);
+    }
+    Edit { at, remove: 0, insert }
+}
+
+/// Appends `entry` (`"key": value`) to a flow mapping whose `{` is at `open`.
+fn flow_append_entry(text: &str, nl: &str, open: usize, keys: &[&Node], values: &[&Node], entry: String) -> Edit {
+    let Some(last) = values.last() else {
+        return Edit {
+            at: open + 1,
+            remove: 0,
+            insert: entry,
+        };
+    };
+    let first_key = keys[keys.len() - 1];
+    let sep = if starts_line(text, first_key.start) {
+        format!(
+            ",{nl}{}",
+            " ".repeat(first_key.start - line_start(text, first_key.start))
+        )
+    } else {
+        ", ".to_string()
+    };
+    Edit {
+        at: node_end(text, last),
+        remove: 0,
+        insert: format!("{sep}{entry}"),
+    }
+}
+
+/// Where a node's own text ends (flow context): after a collection's
+/// bracket, a quoted scalar's closing quote, a plain scalar's last character.
+fn node_end(text: &str, node: &Node) -> usize {
+    match &node.kind {
+        Kind::Seq(_) | Kind::Map(_) => node.end,
+        Kind::Scalar {
+            style: ScalarStyle::SingleQuoted,
+            ..
+        } => {
+            let bytes = text.as_bytes();
+            let mut i = node.start + 1;
+            while i < bytes.len() {
+                if bytes[i] == b'\'' {
+                    if bytes.get(i + 1) == Some(&b'\'') {
+                        i += 2;
+                        continue;
+                    }
+                    return i + 1;
+                }
+                i += 1;
+            }
+            text.len()
+        }
+        Kind::Scalar {
+            style: ScalarStyle::DoubleQuoted,
+            ..
+        } => {
+            let bytes = text.as_bytes();
+            let mut i = node.start + 1;
+            while i < bytes.len() {
+                match bytes[i] {
+                    b'\\' => i += 2,
+                    b'"' => return i + 1,
+                    _ => i += 1,
+                }
+            }
+            text.len()
+        }
+        _ => {
+            let end = node.end.max(node.start);
+            node.start + text[node.start..end].trim_end().len()
+        }
+    }
+}
+
+/// The `-` that introduces the block sequence item starting at `at` (for a
+/// block scalar, `at` is its first line of content, after its `|` header).
+fn dash_before(text: &str, at: usize) -> usize {
+    let mut before = text[..at].trim_end();
+    if let Some(header) = before.rfind(['|', '>'])
+        && before[header + 1..]
+            .chars()
+            .all(|c| c == '+' || c == '-' || c.is_ascii_digit())
+    {
+        before = before[..header].trim_end();
+    }
+    match before.strip_suffix('-') {
+        Some(rest) => rest.len(),
+        None => at,
+    }
+}
+
+fn line_start(text: &str, at: usize) -> usize {
+    text[..at].rfind('\n').map_or(0, |i| i + 1)
+}
+
+/// Whether only whitespace precedes `at` on its line.
+fn starts_line(text: &str, at: usize) -> bool {
+    text[line_start(text, at)..at].trim().is_empty()
+}
+
+/// The last scalar of a node, depth first: where insertion must stop
+/// walking back.
+fn last_scalar(node: &Node) -> &Node {
+    match &node.kind {
+        Kind::Seq(items) => items.last().map_or(node, last_scalar),
+        Kind::Map(entries) => entries.last().map_or(node, |(_, v)| last_scalar(v)),
+        _ => node,
+    }
+}
+
+/// Where a line appended to the block collection `node` goes: the start of
+/// the line after its last line of content.
+fn block_end(text: &str, node: &Node) -> usize {
+    let last = last_scalar(node);
+    let floor = line_start(text, last.start);
+    let block_scalar = match &last.kind {
+        Kind::Scalar {
+            style: ScalarStyle::Literal | ScalarStyle::Folded,
+            ..
+        } => Some(last.start - floor),
+        _ => None,
+    };
+    let next = node.end.min(text.len());
+    let mut at = if next == text.len() {
+        next
+    } else {
+        line_start(text, next)
+    };
+    if at == text.len() && !text.is_empty() && !text.ends_with('\n') {
+        // The last line has no newline: if it is content, append after it.
+        let start = line_start(text, at);
+        let line = &text[start..];
+        if start <= floor || !(line.trim().is_empty() || line.trim_start().starts_with('#')) {
+            return text.len();
+        }
+        at = start;
+    }
+    while at > floor {
+        let prev = line_start(text, at - 1);
+        if prev <= floor {
+            break;
+        }
+        let line = &text[prev..at];
+        let content = line.trim_start();
+        let indent = line.len() - content.len();
+        let blank = content.trim().is_empty();
+        let comment = content.starts_with('#') && block_scalar.is_none_or(|col| indent < col);
+        if blank || comment {
+            at = prev;
+        } else {
+            break;
+        }
+    }
+    if at <= floor { next_line(text, floor) } else { at }
+}
+
+fn next_line(text: &str, at: usize) -> usize {
+    text[at..].find('\n').map_or(text.len(), |i| at + i + 1)
+}
+
+/// A value in JSON: what goes into a flow collection.
+fn json(v: &Value) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+/// A scalar: plain when nothing but a string can be read from it.
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) if plain_safe(s) => s.clone(),
+        // JSON in a string reads best in single quotes, where `"` is plain.
+        Value::String(s) if s.contains('"') && !s.contains('\'') && !s.chars().any(char::is_control) => {
+            format!("'{s}'")
+        }
+        _ => json(v),
+    }
+}
+
+fn plain_safe(s: &str) -> bool {
+    let Some(first) = s.chars().next() else { return false };
+    let ok_first = first.is_ascii_alphanumeric() || matches!(first, '/' | '.' | '_') || (first == '-' && s.len() > 1);
+    ok_first
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-' | '=' | ':'))
+        && !s.ends_with(':')
+        // YAML 1.1 reads 1:20 as a number in base 60.
+        && !s.chars().all(|c| c.is_ascii_digit() || c == ':')
+        && !matches!(
+            s.to_ascii_lowercase().as_str(),
+            "true" | "false" | "yes" | "no" | "on" | "off" | "y" | "n" | "null" | ".inf" | "-.inf" | ".nan"
+        )
+        && s.parse::<f64>().is_err()
+        && !s.starts_with("0x")
+        && !s.starts_with("0o")
+        && !s.starts_with("---")
+}
+
+fn is_scalar(v: &Value) -> bool {
+    !matches!(v, Value::Array(_) | Value::Object(_))
+}
+
+/// A small map of scalars or a list of scalars, written `{a: 1}` / `[a, b]`.
+fn inline(v: &Value) -> Option<String> {
+    match v {
+        Value::Array(items) if items.iter().all(is_scalar) => {
+            Some(format!("[{}]", items.iter().map(scalar).collect::<Vec<_>>().join(", ")))
+        }
+        Value::Object(map) if map.is_empty() => Some("{}".into()),
+        Value::Object(map) if map.len() <= 4 && map.values().all(is_scalar) && v.to_string().len() <= 60 => {
+            Some(format!(
+                "{{{}}}",
+                map.iter()
+                    .map(|(k, v)| format!("{}: {}", scalar(&Value::String(k.clone())), scalar(v)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        }
+        _ if is_scalar(v) => Some(scalar(v)),
+        _ => None,
+    }
+}
+
+/// What follows `key:` in block style, for a key at column `col`.
+fn value_after_key(v: &Value, col: usize, nl: &str) -> String {
+    if let Some(s) = inline(v) {
+        return format!(" {s}");
+    }
+    let inner = " ".repeat(col + 2);
+    let mut out = String::new();
+    match v {
+        Value::Object(map) => {
+            for (k, v) in map {
+                out.push_str(nl);
+                out.push_str(&inner);
+                out.push_str(&scalar(&Value::String(k.clone())));
+                out.push(':');
+                out.push_str(&value_after_key(v, col + 2, nl));
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                out.push_str(nl);
+                out.push_str(&inner);
+                out.push_str("- ");
+                out.push_str(&item(v, col + 4, nl));
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// A sequence item's text after its `- `, the item's content at column `col`.
+fn item(v: &Value, col: usize, nl: &str) -> String {
+    match v {
+        Value::Object(map) if !map.is_empty() && inline(v).is_none() => {
+            let mut out = String::new();
+            for (i, (k, v)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(nl);
+                    out.push_str(&" ".repeat(col));
+                }
+                out.push_str(&scalar(&Value::String(k.clone())));
+                out.push(':');
+                out.push_str(&value_after_key(v, col, nl));
+            }
+            out
+        }
+        _ => inline(v).unwrap_or_else(|| json(v)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::patch::key;
+    use crate::yaml::tree::parse;
+    use serde_json::json;
+
+    fn run(text: &str, ops: &[Op]) -> String {
+        let (docs, err) = parse(text);
+        assert!(err.is_none());
+        let edits = edits(text, &docs[0].root, ops).unwrap();
+        let out = apply(text, &edits);
+        let (again, err) = parse(&out);
+        assert!(err.is_none(), "{out}");
+        let mut expected = docs[0].root.to_json();
+        for op in ops {
+            assert!(crate::patch::apply(&mut expected, op));
+        }
+        assert_eq!(again[0].root.to_json(), expected, "{out}");
+        out
+    }
+
+    #[test]
+    fn a_block_sequence_gets_items_before_its_first_and_after_its_last() {
+        let text =
+            "c:\n  - python # the interpreter\n  - |\n    # not a comment\n    print(1)\n\n  # trailing\nnext: 1\n";
+        let out = run(
+            text,
+            &[
+                Op::Insert {
+                    path: vec![key("c")],
+                    index: 2,
+                    values: vec![json!({"a": 1, "b": [1, 2], "c": {"d": "e"}, "f": {"g": [{"h": 1}]}})],
+                },
+                Op::Insert {
+                    path: vec![key("c")],
+                    index: 0,
+                    values: vec![json!("/mesh/meshwrap"), json!("--")],
+                },
+            ],
+        );
+        assert_eq!(
+            out,
+            "c:\n  - /mesh/meshwrap\n  - --\n  - python # the interpreter\n  - |\n    # not a comment\n    print(1)\n  - a: 1\n    b: [1, 2]\n    c: {d: e}\n    f:\n      g:\n        - {h: 1}\n\n  # trailing\nnext: 1\n"
+        );
+    }
+
+    #[test]
+    fn a_flow_sequence_and_json_stay_flow() {
+        assert_eq!(
+            run(
+                "c: [\"python\", 'x']\n",
+                &[Op::Insert {
+                    path: vec![key("c")],
+                    index: 2,
+                    values: vec![json!("y")]
+                }]
+            ),
+            "c: [\"python\", 'x', \"y\"]\n"
+        );
+        let pretty = "{\n  \"c\": [\n    \"a\"\n  ],\n  \"m\": {}\n}";
+        assert_eq!(
+            run(
+                pretty,
+                &[
+                    Op::Insert {
+                        path: vec![key("c")],
+                        index: 0,
+                        values: vec![json!("z")]
+                    },
+                    Op::Add {
+                        path: vec![],
+                        key: "n".into(),
+                        value: json!({"k": [1]})
+                    },
+                    Op::Add {
+                        path: vec![key("m")],
+                        key: "k".into(),
+                        value: json!(1)
+                    },
+                ]
+            ),
+            "{\n  \"c\": [\n    \"z\",\n    \"a\"\n  ],\n  \"m\": {\"k\": 1},\n  \"n\": {\"k\":[1]}\n}"
+        );
+    }
+
+    #[test]
+    fn keys_go_after_the_mappings_last_line_and_nulls_are_filled() {
+        let out = run(
+            "spec:\n  a: 1\n  b: ~\n  c:\n# about d\nd: 2",
+            &[
+                Op::Add {
+                    path: vec![key("spec")],
+                    key: "z".into(),
+                    value: json!([{"name": "x"}]),
+                },
+                Op::Add {
+                    path: vec![key("spec")],
+                    key: "b".into(),
+                    value: json!([1]),
+                },
+                Op::Add {
+                    path: vec![key("spec")],
+                    key: "c".into(),
+                    value: json!({"x": 1}),
+                },
+                Op::Add {
+                    path: vec![],
+                    key: "e".into(),
+                    value: json!("s p"),
+                },
+            ],
+        );
+        assert_eq!(
+            out,
+            "spec:\n  a: 1\n  b: [1]\n  c: {\"x\":1}\n  z:\n    - {name: x}\n# about d\nd: 2\ne: \"s p\"\n"
+        );
+    }
+
+    #[test]
+    fn strings_are_plain_only_when_nothing_else_can_be_read() {
+        for s in [
+            "true", "no", "1", "1.5", "0x1", "", "a b", "a: b", "-", "#x", "~", "null", "1e3", "*a", "&a", "1:20", "a:",
+        ] {
+            assert!(!plain_safe(s), "{s}");
+        }
+        for s in [
+            "/mesh/meshwrap",
+            "--quit-policy",
+            "always",
+            "10m",
+            "a=b",
+            "registry.example.com/x:0.1.0",
+        ] {
+            assert!(plain_safe(s), "{s}");
+        }
+    }
+}
