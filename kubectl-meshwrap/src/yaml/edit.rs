@@ -37,13 +37,15 @@ pub struct Edit {
 /// another adds) on the document `root` within `text`.
 pub fn edits(text: &str, root: &Node, ops: &[Op]) -> Result<Vec<Edit>, String> {
     let nl = if text.contains("\r\n") { "\r\n" } else { "\n" };
+    // JSON stays JSON; a YAML flow collection gets YAML's flow style.
+    let flow: fn(&Value) -> String = if text.trim_start().starts_with('{') { json } else { flow_yaml };
     let mut out = Vec::new();
     for op in ops {
         let (edit, depth) = match op {
             Op::Insert { path, index, values } => {
-                (insert(text, nl, find(root, path)?, *index, values)?, path.len() + 1)
+                (insert(text, nl, flow, find(root, path)?, *index, values)?, path.len() + 1)
             }
-            Op::Add { path, key, value } => (add(text, nl, find(root, path)?, key, value)?, path.len()),
+            Op::Add { path, key, value } => (add(text, nl, flow, find(root, path)?, key, value)?, path.len()),
         };
         out.push((edit, depth));
     }
@@ -79,7 +81,7 @@ fn find<'a>(root: &'a Node, path: &[Seg]) -> Result<&'a Node, String> {
     Ok(node)
 }
 
-fn insert(text: &str, nl: &str, seq: &Node, index: usize, values: &[Value]) -> Result<Edit, String> {
+fn insert(text: &str, nl: &str, flow: fn(&Value) -> String, seq: &Node, index: usize, values: &[Value]) -> Result<Edit, String> {
     let Kind::Seq(items) = &seq.kind else {
         return Err("not a sequence".into());
     };
@@ -94,7 +96,7 @@ fn insert(text: &str, nl: &str, seq: &Node, index: usize, values: &[Value]) -> R
             items.iter().collect(),
             index,
             values,
-            |v| json(v),
+            flow,
         ));
     }
     // Every item's `-` is at the first one's column.
@@ -128,7 +130,7 @@ fn insert(text: &str, nl: &str, seq: &Node, index: usize, values: &[Value]) -> R
     Ok(Edit { at, remove: 0, insert })
 }
 
-fn add(text: &str, nl: &str, map: &Node, key: &str, value: &Value) -> Result<Edit, String> {
+fn add(text: &str, nl: &str, flow: fn(&Value) -> String, map: &Node, key: &str, value: &Value) -> Result<Edit, String> {
     let Kind::Map(entries) = &map.kind else {
         return Err("not a mapping".into());
     };
@@ -161,7 +163,7 @@ fn add(text: &str, nl: &str, map: &Node, key: &str, value: &Value) -> Result<Edi
     if map.flow {
         let pairs: Vec<&Node> = entries.iter().map(|(_, v)| v).collect();
         let keys: Vec<&Node> = entries.iter().map(|(k, _)| k).collect();
-        let entry = format!("{}: {}", json(&Value::String(key.into())), json(value));
+        let entry = format!("{}: {}", flow(&Value::String(key.into())), flow(value));
         return Ok(flow_append_entry(text, nl, map.start, &keys, &pairs, entry));
     }
     let col = map.start - line_start(text, map.start);
@@ -421,24 +423,29 @@ fn is_scalar(v: &Value) -> bool {
     !matches!(v, Value::Array(_) | Value::Object(_))
 }
 
-/// A small map of scalars or a list of scalars, written `{a: 1}` / `[a, b]`.
+/// A small map of scalars or a list of scalars, written `{a: 1}` / `[a, b]`
+/// when that fits on a short line.
 fn inline(v: &Value) -> Option<String> {
     match v {
-        Value::Array(items) if items.iter().all(is_scalar) => {
-            Some(format!("[{}]", items.iter().map(scalar).collect::<Vec<_>>().join(", ")))
-        }
-        Value::Object(map) if map.is_empty() => Some("{}".into()),
-        Value::Object(map) if map.len() <= 4 && map.values().all(is_scalar) && v.to_string().len() <= 60 => {
-            Some(format!(
-                "{{{}}}",
-                map.iter()
-                    .map(|(k, v)| format!("{}: {}", scalar(&Value::String(k.clone())), scalar(v)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        }
+        Value::Array(items) if items.iter().all(is_scalar) => Some(flow_yaml(v)),
+        Value::Object(map) if map.values().all(is_scalar) => Some(flow_yaml(v)).filter(|s| s.len() <= 72),
         _ if is_scalar(v) => Some(scalar(v)),
         _ => None,
+    }
+}
+
+/// A value in YAML's flow style (plain scalars never hold `,[]{}`).
+fn flow_yaml(v: &Value) -> String {
+    match v {
+        Value::Array(items) => format!("[{}]", items.iter().map(flow_yaml).collect::<Vec<_>>().join(", ")),
+        Value::Object(map) => format!(
+            "{{{}}}",
+            map.iter()
+                .map(|(k, v)| format!("{}: {}", scalar(&Value::String(k.clone())), flow_yaml(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        _ => scalar(v),
     }
 }
 

@@ -1,0 +1,76 @@
+//! Running the real kubectl-meshwrap binary.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+pub const IMAGE: &str = "registry.example.com/meshwrap:0.1.0";
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_kubectl-meshwrap")
+}
+
+pub fn kubectl_meshwrap<S: AsRef<str>>(args: &[S], stdin: &str) -> Run {
+    run_in(None, args, stdin, &[])
+}
+
+pub fn run_in<S: AsRef<str>>(dir: Option<&std::path::Path>, args: &[S], stdin: &str, env: &[(&str, &str)]) -> Run {
+    let mut cmd = Command::new(bin());
+    cmd.args(args.iter().map(AsRef::as_ref))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_remove("MESHWRAP_IMAGE")
+        .env_remove("MESHWRAP_SIDECAR")
+        .env_remove("MESHWRAP_TIMEOUT")
+        .env_remove("MESHWRAP_QUIT_POLICY");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    if let Some(dir) = dir {
+        cmd.current_dir(dir);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let text = stdin.to_string();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(text.as_bytes());
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// The lines that differ, for a readable failure.
+pub fn diff(expected: &str, actual: &str) -> String {
+    let (e, a): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), actual.lines().collect());
+    let mut out = String::new();
+    for i in 0..e.len().max(a.len()) {
+        let (x, y) = (e.get(i), a.get(i));
+        if x != y {
+            out.push_str(&format!("line {}:\n  - {}\n  + {}\n", i + 1, x.unwrap_or(&""), y.unwrap_or(&"")));
+            if out.len() > 2000 {
+                break;
+            }
+        }
+    }
+    out
+}
+
+pub fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("kubectl-meshwrap-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

@@ -1,0 +1,109 @@
+//! Golden files: every `golden/NAME.in.*` through the real binary, its
+//! output compared byte for byte with `NAME.out.*` and its report (stderr
+//! and exit code) with `NAME.report`. A second run over each output must
+//! change nothing. `MESHWRAP_BLESS=1 cargo test` rewrites the goldens; a
+//! golden with no input, or that differs, fails.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+
+fn golden() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+/// NAME.in.EXT → (NAME, EXT)
+fn cases() -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = std::fs::read_dir(golden())
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            let (stem, ext) = name.rsplit_once('.')?;
+            let stem = stem.strip_suffix(".in")?;
+            Some((stem.to_string(), ext.to_string()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn args(name: &str) -> Vec<String> {
+    std::fs::read_to_string(golden().join(format!("{name}.args")))
+        .map(|s| s.lines().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+fn check(path: &Path, actual: &str, bless: bool, failures: &mut Vec<String>) {
+    if bless {
+        std::fs::write(path, actual).unwrap();
+        return;
+    }
+    match std::fs::read_to_string(path) {
+        Ok(expected) if expected == actual => {}
+        Ok(expected) => failures.push(format!(
+            "{} differs (MESHWRAP_BLESS=1 to rewrite):\n{}",
+            path.display(),
+            diff(&expected, actual)
+        )),
+        Err(_) => failures.push(format!("{} is missing (MESHWRAP_BLESS=1 writes it)", path.display())),
+    }
+}
+
+#[test]
+fn every_golden_input_gives_its_output_and_report_and_a_second_run_changes_nothing() {
+    let bless = std::env::var_os("MESHWRAP_BLESS").is_some();
+    let mut failures = Vec::new();
+    let cases = cases();
+    assert!(cases.len() >= 18, "{cases:?}");
+    for (name, ext) in &cases {
+        let input = std::fs::read_to_string(golden().join(format!("{name}.in.{ext}"))).unwrap();
+        let mut argv = vec!["inject", "--image", IMAGE, "-f", "-"].into_iter().map(String::from).collect::<Vec<_>>();
+        argv.extend(args(name));
+        let run = kubectl_meshwrap(&argv, &input);
+        check(&golden().join(format!("{name}.out.{ext}")), &run.stdout, bless, &mut failures);
+        let report = format!("{}exit {}\n", run.stderr, run.code);
+        check(&golden().join(format!("{name}.report")), &report, bless, &mut failures);
+
+        let again = kubectl_meshwrap(&argv, &run.stdout);
+        if again.stdout != run.stdout {
+            failures.push(format!("{name}: a second run changed the output:\n{}", diff(&run.stdout, &again.stdout)));
+        }
+        if again.stderr.contains(": injected:") {
+            failures.push(format!("{name}: a second run injected again:\n{}", again.stderr));
+        }
+    }
+    // No golden without its input.
+    for entry in std::fs::read_dir(golden()).unwrap() {
+        let file = entry.unwrap().file_name().into_string().unwrap();
+        let name = file.split('.').next().unwrap().to_string();
+        if !cases.iter().any(|(n, _)| *n == name) {
+            failures.push(format!("golden/{file}: stale, no golden/{name}.in.*"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn what_is_not_injected_is_left_byte_for_byte() {
+    let input = std::fs::read_to_string(golden().join("skips.in.yaml")).unwrap();
+    let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "-f", "-"], &input);
+    assert_eq!(run.stdout, input);
+    assert_eq!(run.code, 0, "skips are reported, not failures, without --strict");
+    for why in [
+        "has no command",
+        "Windows",
+        "hostNetwork",
+        "opted out",
+        "2 containers (train, upload)",
+        "anchors",
+        "unknown kind example.com/v1 Experiment",
+        "meshwrap.io/quit-policy: \"sometimes\"",
+        "already has a volume named meshwrap-bin",
+    ] {
+        assert!(run.stderr.contains(why), "no {why:?} in:\n{}", run.stderr);
+    }
+    // The Helm template's document parses, and is left alone for its `{{`.
+    assert!(run.stderr.contains("Job/helm spec.template: skipped: YAML anchors, aliases, tags, merge keys or template syntax"), "{}", run.stderr);
+}
