@@ -184,8 +184,9 @@ fn crd_checks(label: &str, path: &str, kind: &str) -> Vec<Check> {
         .into()
 }
 
-/// Argo's own JSON Schema of a Workflow, as published and strict.
-fn argo_json_schema_checks() -> Vec<Check> {
+/// Argo's own JSON Schema of a Workflow (or another of its kinds), as
+/// published and strict.
+fn argo_json_schema_checks(kind: &str) -> Vec<Check> {
     [false, true]
         .map(|strict| {
             let mut schema: Map<String, Value> = load_json("schemas/argo/schema.json").as_object().unwrap().clone();
@@ -193,7 +194,7 @@ fn argo_json_schema_checks() -> Vec<Check> {
             schema.remove("type");
             schema.insert(
                 "$ref".into(),
-                json!("#/definitions/io.argoproj.workflow.v1alpha1.Workflow"),
+                json!(format!("#/definitions/io.argoproj.workflow.v1alpha1.{kind}")),
             );
             if strict {
                 for definition in schema["definitions"].as_object_mut().unwrap().values_mut() {
@@ -205,7 +206,7 @@ fn argo_json_schema_checks() -> Vec<Check> {
             }
             let how = if strict { "strict" } else { "as published" };
             Check {
-                name: format!("argo-workflows api/jsonschema, {how}"),
+                name: format!("argo-workflows api/jsonschema, {how} ({kind})"),
                 validator: jsonschema::validator_for(&Value::Object(schema)).unwrap(),
             }
         })
@@ -234,11 +235,34 @@ fn checks_for(doc: &Value) -> Vec<Check> {
                 "schemas/argo/argoproj.io_workflows.full.yaml",
                 "Workflow",
             );
-            checks.extend(argo_json_schema_checks());
+            checks.extend(argo_json_schema_checks("Workflow"));
             checks
+        }
+        (Some("argoproj.io/v1alpha1"), Some(kind @ ("WorkflowTemplate" | "ClusterWorkflowTemplate" | "CronWorkflow"))) => {
+            argo_json_schema_checks(kind)
+        }
+        (Some("batch/v1"), Some("CronJob")) => swagger_checks("CronJob", "io.k8s.api.batch.v1.CronJob"),
+        (Some("apps/v1"), Some(kind @ ("Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet"))) => {
+            swagger_checks(kind, &format!("io.k8s.api.apps.v1.{kind}"))
+        }
+        (Some("v1"), Some(kind @ ("ReplicationController" | "ConfigMap" | "PodTemplate"))) => {
+            swagger_checks(kind, &format!("io.k8s.api.core.v1.{kind}"))
         }
         _ => Vec::new(),
     }
+}
+
+/// The Kubernetes OpenAPI's checks alone (kubernetes-validate ships only
+/// Job and Pod).
+fn swagger_checks(kind: &str, definition: &str) -> Vec<Check> {
+    [true, false]
+        .map(|strict| {
+            let schema =
+                json!({"$ref": format!("#/definitions/{definition}"), "definitions": kubernetes_definitions(strict)});
+            let how = if strict { "strict" } else { "as published" };
+            draft4(&format!("Kubernetes 1.36 OpenAPI, {how} ({kind})"), &schema)
+        })
+        .into()
 }
 
 fn manifests() -> Vec<PathBuf> {
@@ -315,4 +339,96 @@ fn misspell_first(doc: &mut Value, key: &str) -> bool {
         Value::Array(items) => items.iter_mut().any(|v| misspell_first(v, key)),
         _ => false,
     }
+}
+
+// ---- what kubectl-meshwrap writes ---------------------------------------------
+
+/// Every pod template in a document (an object with `spec.containers`), as
+/// a PodTemplateSpec: its metadata and spec.
+fn pod_templates(doc: &Value, out: &mut Vec<Value>) {
+    match doc {
+        Value::Object(map) => {
+            if map.get("spec").is_some_and(|s| s.get("containers").is_some_and(Value::is_array)) {
+                let mut template = Map::new();
+                for key in ["metadata", "spec"] {
+                    if let Some(v) = map.get(key) {
+                        template.insert(key.into(), v.clone());
+                    }
+                }
+                out.push(Value::Object(template));
+            }
+            map.values().for_each(|v| pod_templates(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| pod_templates(v, out)),
+        _ => {}
+    }
+}
+
+fn injected_outputs() -> Vec<PathBuf> {
+    let dir = root().join("kubectl-meshwrap/tests/golden");
+    let mut out: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().contains(".out."))
+        .collect();
+    out.sort();
+    out
+}
+
+fn documents_of(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    if text.trim_start().starts_with('{') {
+        // JSON objects one after another, as kubectl takes them.
+        serde_json::Deserializer::from_str(&text)
+            .into_iter::<Value>()
+            .map(|v| v.unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+            .collect()
+    } else {
+        load_yaml_docs(path)
+    }
+}
+
+#[test]
+fn everything_inject_writes_validates_strictly_against_the_upstream_schemas() {
+    // Whole documents where a schema is vendored (List items one by one);
+    // every pod template, of any kind, against Kubernetes' PodTemplateSpec.
+    let template_checks: Vec<Check> = [true, false]
+        .map(|strict| {
+            let schema = json!({
+                "$ref": "#/definitions/io.k8s.api.core.v1.PodTemplateSpec",
+                "definitions": kubernetes_definitions(strict)
+            });
+            let how = if strict { "strict" } else { "as published" };
+            draft4(&format!("Kubernetes 1.36 OpenAPI, {how} (PodTemplateSpec)"), &schema)
+        })
+        .into();
+    let mut failures = Vec::new();
+    let (mut whole, mut templates) = (0, 0);
+    let mut cache: std::collections::HashMap<String, Vec<Check>> = std::collections::HashMap::new();
+    for file in injected_outputs() {
+        for doc in documents_of(&file) {
+            let items = match doc["kind"].as_str() {
+                Some("List") => doc["items"].as_array().cloned().unwrap_or_default(),
+                _ => vec![doc.clone()],
+            };
+            for item in items {
+                let kind = format!("{} {}", item["apiVersion"], item["kind"]);
+                for check in cache.entry(kind).or_insert_with(|| checks_for(&item)).iter() {
+                    whole += 1;
+                    failures.extend(check.errors(&item).into_iter().map(|e| format!("{}: {e}", file.display())));
+                }
+            }
+            let mut found = Vec::new();
+            pod_templates(&doc, &mut found);
+            for template in &found {
+                for check in &template_checks {
+                    templates += 1;
+                    failures.extend(check.errors(template).into_iter().map(|e| format!("{}: {e}", file.display())));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(whole > 40 && templates > 50, "{whole} document checks, {templates} template checks");
+    println!("{whole} document checks and {templates} pod template checks passed");
 }
