@@ -220,13 +220,14 @@ fn document(
                 Outcome::Injected {
                     container,
                     policy,
+                    guard,
                     ops: planned,
                 } => {
                     for op in &planned {
                         patch::apply(&mut working, op);
                     }
                     ops.extend(planned);
-                    let guard = if policy == "never" { "no guard" } else { "guard" };
+                    let guard = if guard { "guard" } else { "no guard" };
                     let message = format!("container {container}, --quit-policy {policy}, {guard}");
                     mine.push((
                         entry(Verdict::Injected, &original, what(&place.label), message),

@@ -114,6 +114,7 @@ pub enum Outcome {
     Injected {
         container: String,
         policy: String,
+        guard: bool,
         ops: Vec<Op>,
     },
     /// Already wrapped: nothing to do.
@@ -194,6 +195,18 @@ fn policy_for(doc: &Value, place: &Place) -> String {
         _ => "always",
     }
     .into()
+}
+
+/// The meshwrap preset for a sidecar container's usual name (Istio's is
+/// meshwrap's default, so it needs none).
+fn preset_of(container: &str) -> Option<&'static str> {
+    Some(match container {
+        "linkerd-proxy" => "linkerd",
+        "cloud-sql-proxy" => "cloudsql",
+        "vault-agent" => "vault",
+        "daprd" => "dapr",
+        _ => return None,
+    })
 }
 
 /// Decides what to add to the pod template at `place` in `doc`.
@@ -311,13 +324,38 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
     {
         return Outcome::Skipped(format!("{TIMEOUT}: \"{t}\" is not a duration (e.g. 90s, 10m, 1h)"));
     }
-    let sidecar = annotation(SIDECAR).map(str::to_string).or(opts.sidecar.clone());
+    // A sidecar the pod spec already names (rather than one a mesh injects
+    // later) picks its preset; a native one (an init container that keeps
+    // running) is stopped by the kubelet, so meshwrap must not quit it and
+    // no guard is needed.
+    let init = spec
+        .get("initContainers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let native: Vec<&Value> = init
+        .iter()
+        .filter(|c| text(c.get("restartPolicy")) == Some("Always"))
+        .collect();
+    let regular_sidecar = candidates
+        .iter()
+        .any(|(n, _, _)| n != "wait" && KNOWN_SIDECARS.contains(&n.as_str()));
+    let native_only = !native.is_empty() && !regular_sidecar && !place.argo;
+    let named = candidates
+        .iter()
+        .map(|(n, _, _)| n.as_str())
+        .chain(native.iter().filter_map(|c| text(c.get("name"))))
+        .find_map(preset_of);
+    let sidecar = annotation(SIDECAR)
+        .map(str::to_string)
+        .or(opts.sidecar.clone())
+        .or(named.map(str::to_string));
     if let Some(s) = &sidecar
         && let Err(e) = meshwrap::sidecar::preset::parse(s)
     {
         return Outcome::Skipped(format!("{SIDECAR}: {e}"));
     }
-    let guard = policy != "never";
+    let guard = policy != "never" && !native_only;
 
     // What must not be in the way.
     let volumes_path = &place.volumes;
@@ -386,6 +424,9 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
     }
     if let Some(s) = &sidecar {
         flags.extend(["--sidecar".into(), s.clone()]);
+    }
+    if native_only {
+        flags.extend(["--native-sidecar".into(), "true".into()]);
     }
     if let Some(t) = &timeout {
         flags.extend(["--timeout".into(), t.clone()]);
@@ -469,6 +510,7 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
     Outcome::Injected {
         container: name.clone(),
         policy,
+        guard,
         ops,
     }
 }

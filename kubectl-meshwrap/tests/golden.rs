@@ -59,16 +59,27 @@ fn every_golden_input_gives_its_output_and_report_and_a_second_run_changes_nothi
     assert!(cases.len() >= 18, "{cases:?}");
     for (name, ext) in &cases {
         let input = std::fs::read_to_string(golden().join(format!("{name}.in.{ext}"))).unwrap();
-        let mut argv = vec!["inject", "--image", IMAGE, "-f", "-"].into_iter().map(String::from).collect::<Vec<_>>();
+        let mut argv = vec!["inject", "--image", IMAGE, "-f", "-"]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
         argv.extend(args(name));
         let run = kubectl_meshwrap(&argv, &input);
-        check(&golden().join(format!("{name}.out.{ext}")), &run.stdout, bless, &mut failures);
+        check(
+            &golden().join(format!("{name}.out.{ext}")),
+            &run.stdout,
+            bless,
+            &mut failures,
+        );
         let report = format!("{}exit {}\n", run.stderr, run.code);
         check(&golden().join(format!("{name}.report")), &report, bless, &mut failures);
 
         let again = kubectl_meshwrap(&argv, &run.stdout);
         if again.stdout != run.stdout {
-            failures.push(format!("{name}: a second run changed the output:\n{}", diff(&run.stdout, &again.stdout)));
+            failures.push(format!(
+                "{name}: a second run changed the output:\n{}",
+                diff(&run.stdout, &again.stdout)
+            ));
         }
         if again.stderr.contains(": injected:") {
             failures.push(format!("{name}: a second run injected again:\n{}", again.stderr));
@@ -105,5 +116,38 @@ fn what_is_not_injected_is_left_byte_for_byte() {
         assert!(run.stderr.contains(why), "no {why:?} in:\n{}", run.stderr);
     }
     // The Helm template's document parses, and is left alone for its `{{`.
-    assert!(run.stderr.contains("Job/helm spec.template: skipped: YAML anchors, aliases, tags, merge keys or template syntax"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("Job/helm spec.template: skipped: YAML anchors, aliases, tags, merge keys or template syntax"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn the_examples_are_what_inject_makes_of_their_unwrapped_sources() {
+    // examples/ is written by inject, never by hand: each examples/X has its
+    // source in examples/unwrapped/X.
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let bless = std::env::var_os("MESHWRAP_BLESS").is_some();
+    let mut failures = Vec::new();
+    let mut sources = Vec::new();
+    for dir in ["kubernetes", "kubeflow", "argo"] {
+        for entry in std::fs::read_dir(examples.join("unwrapped").join(dir)).unwrap() {
+            sources.push((dir, entry.unwrap().path()));
+        }
+    }
+    assert_eq!(sources.len(), 5);
+    for (dir, source) in sources {
+        let input = std::fs::read_to_string(&source).unwrap();
+        let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "--strict", "-f", "-"], &input);
+        assert_eq!(run.code, 0, "{}: {}", source.display(), run.stderr);
+        check(
+            &examples.join(dir).join(source.file_name().unwrap()),
+            &run.stdout,
+            bless,
+            &mut failures,
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -38,13 +38,18 @@ pub struct Edit {
 pub fn edits(text: &str, root: &Node, ops: &[Op]) -> Result<Vec<Edit>, String> {
     let nl = if text.contains("\r\n") { "\r\n" } else { "\n" };
     // JSON stays JSON; a YAML flow collection gets YAML's flow style.
-    let flow: fn(&Value) -> String = if text.trim_start().starts_with('{') { json } else { flow_yaml };
+    let flow: fn(&Value) -> String = if text.trim_start().starts_with('{') {
+        json
+    } else {
+        flow_yaml
+    };
     let mut out = Vec::new();
     for op in ops {
         let (edit, depth) = match op {
-            Op::Insert { path, index, values } => {
-                (insert(text, nl, flow, find(root, path)?, *index, values)?, path.len() + 1)
-            }
+            Op::Insert { path, index, values } => (
+                insert(text, nl, flow, find(root, path)?, *index, values)?,
+                path.len() + 1,
+            ),
             Op::Add { path, key, value } => (add(text, nl, flow, find(root, path)?, key, value)?, path.len()),
         };
         out.push((edit, depth));
@@ -81,7 +86,14 @@ fn find<'a>(root: &'a Node, path: &[Seg]) -> Result<&'a Node, String> {
     Ok(node)
 }
 
-fn insert(text: &str, nl: &str, flow: fn(&Value) -> String, seq: &Node, index: usize, values: &[Value]) -> Result<Edit, String> {
+fn insert(
+    text: &str,
+    nl: &str,
+    flow: fn(&Value) -> String,
+    seq: &Node,
+    index: usize,
+    values: &[Value],
+) -> Result<Edit, String> {
     let Kind::Seq(items) = &seq.kind else {
         return Err("not a sequence".into());
     };

@@ -59,7 +59,12 @@ pub fn diff(expected: &str, actual: &str) -> String {
     for i in 0..e.len().max(a.len()) {
         let (x, y) = (e.get(i), a.get(i));
         if x != y {
-            out.push_str(&format!("line {}:\n  - {}\n  + {}\n", i + 1, x.unwrap_or(&""), y.unwrap_or(&"")));
+            out.push_str(&format!(
+                "line {}:\n  - {}\n  + {}\n",
+                i + 1,
+                x.unwrap_or(&""),
+                y.unwrap_or(&"")
+            ));
             if out.len() > 2000 {
                 break;
             }
