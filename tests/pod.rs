@@ -4,8 +4,10 @@
 //! They need root, ip and iptables; without them each test says it was
 //! skipped and why (in CI, where POD_TESTS_REQUIRED is set, it fails instead).
 
+use std::path::Path;
 use std::time::Duration;
 
+use crate::support::command::meshwrap_bin;
 use crate::support::pod::{self, Node, Phase};
 use crate::support::*;
 
@@ -491,4 +493,118 @@ fn pod_16_a_real_oom_kill_under_a_memory_limit_fails_the_pod_with_137_and_one_qu
         Phase::Failed(137)
     );
     guard.finish().assert_code(0).assert_stderr_has("nothing to do");
+}
+
+/// The pod spec `kubectl meshwrap inject` wrote for the Job example
+/// (examples/kubernetes/job-init-container.yaml; kubectl-meshwrap's golden
+/// test proves the file is inject's output), run as that spec says: the init
+/// container's args, the wrapped command's meshwrap prefix, and the guard's
+/// args, each volume a fresh directory put where its mountPath is named.
+/// Only the user's command after `--` becomes the dataset download, and the
+/// Downward API file holds what Istio's injector and inject wrote.
+#[test]
+fn pod_17_the_job_example_as_inject_wrote_it_completes_with_exactly_one_quit() {
+    if pod::skip("pod_17") {
+        return;
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kubernetes/job-init-container.yaml");
+    let job: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let template = &job["spec"]["template"];
+    let spec = &template["spec"];
+    let strings = |v: &serde_yaml::Value| -> Vec<String> {
+        v.as_sequence()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    let pod = meshed_pod();
+
+    // The volumes: a directory each; the Downward API's holds the annotations.
+    let mut volumes = std::collections::HashMap::new();
+    for volume in spec["volumes"].as_sequence().unwrap() {
+        let name = volume["name"].as_str().unwrap();
+        let dir = pod.node.empty_dir(name);
+        if volume.get("downwardAPI").is_some() {
+            let mut annotations = String::new();
+            for (k, v) in template["metadata"]["annotations"].as_mapping().unwrap() {
+                annotations.push_str(&format!("{}={:?}\n", k.as_str().unwrap(), v.as_str().unwrap()));
+            }
+            annotations.push_str(r#"sidecar.istio.io/status="{\"initContainers\":[\"istio-init\"],\"containers\":[\"istio-proxy\"],\"volumes\":[\"istio-envoy\"],\"imagePullSecrets\":null,\"revision\":\"default\"}""#);
+            std::fs::write(dir.join("annotations"), annotations).unwrap();
+        }
+        volumes.insert(name.to_string(), dir.to_string_lossy().into_owned());
+    }
+    // A container's args with each mountPath replaced by its volume's directory.
+    let mapped = |container: &serde_yaml::Value, args: &[String]| -> Vec<String> {
+        let mounts: Vec<(String, String)> = container["volumeMounts"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                let dir = volumes[m["name"].as_str().unwrap()].clone();
+                (m["mountPath"].as_str().unwrap().to_string(), dir)
+            })
+            .collect();
+        args.iter()
+            .map(|a| {
+                mounts
+                    .iter()
+                    .find_map(|(at, dir)| {
+                        (a == at)
+                            .then(|| dir.clone())
+                            .or_else(|| a.strip_prefix(&format!("{at}/")).map(|rest| format!("{dir}/{rest}")))
+                    })
+                    .unwrap_or_else(|| a.clone())
+            })
+            .collect()
+    };
+    let find = |list: &str, name: &str| -> serde_yaml::Value {
+        spec[list]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"].as_str() == Some(name))
+            .unwrap_or_else(|| panic!("no {list} {name}"))
+            .clone()
+    };
+    // meshwrap's default --pod-annotations, where the container mounts the Downward API.
+    let podinfo = |container: &serde_yaml::Value| {
+        format!(
+            "MESHWRAP_POD_ANNOTATIONS={}",
+            mapped(container, &["/etc/podinfo/annotations".into()])[0]
+        )
+    };
+
+    // The init container: the image's entrypoint (meshwrap) with its args.
+    let install = find("initContainers", "meshwrap-install");
+    let run = Meshwrap::new().args(mapped(&install, &strings(&install["args"]))).run();
+    run.assert_code(0);
+
+    let mut sidecar = pod.sidecar(PROXY_DELAY);
+    let guard_spec = find("containers", "meshwrap-guard");
+    let bin = meshwrap_bin().to_string_lossy().into_owned();
+    let mut guard_line = vec!["env".to_string(), podinfo(&guard_spec), bin];
+    guard_line.extend(mapped(&guard_spec, &strings(&guard_spec["args"])));
+    let mut guard = pod
+        .node
+        .app(&pod.ns, &guard_line.iter().map(String::as_str).collect::<Vec<_>>());
+    guard.wait_stderr("guard: watching meshwrap's run");
+
+    let train = find("containers", "train");
+    let command = strings(&train["command"]);
+    let dash = command.iter().position(|a| a == "--").unwrap();
+    let mut line = vec!["env".to_string(), podinfo(&train)];
+    line.extend(mapped(&train, &command[..=dash]));
+    line.extend([pod.fakemesh.clone(), "fetch".into(), dataset_url(), "0".into()]);
+    let app = pod
+        .node
+        .app(&pod.ns, &line.iter().map(String::as_str).collect::<Vec<_>>())
+        .finish();
+    app.assert_code(0).assert_stderr_has("sidecar quit");
+    assert!(app.stdout.contains("app: fetched 4096 bytes"), "{}", app.stdout);
+    assert_eq!(pod::phase_with(0, &mut [&mut sidecar, &mut guard]), Phase::Succeeded);
+    guard.finish().assert_code(0).assert_stderr_lacks("sidecar quit");
+    let sidecar = sidecar.finish();
+    assert_eq!(sidecar.stdout.matches("quit received").count(), 1, "{}", sidecar.stdout);
 }
