@@ -13,7 +13,7 @@ FROM rust:${RUST_VERSION}-alpine AS build
 WORKDIR /src
 COPY . .
 # rust:alpine's native target is musl, so this binary is static.
-RUN cargo build --release --locked && cp target/release/meshwrap /meshwrap
+RUN cargo build --release --locked -p meshwrap --bin meshwrap && cp target/release/meshwrap /meshwrap
 
 # What both final stages share: labels and the entrypoint.
 FROM scratch AS base

@@ -20,6 +20,10 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
+/// Where kubectl-meshwrap's benchmark (kubectl-meshwrap/benches/inject.rs)
+/// writes its section of BENCHMARKS.md.
+const INJECT_MARKER: &str = "<!-- kubectl-meshwrap inject benchmark -->";
+
 #[path = "../examples/common/http.rs"]
 mod http;
 
@@ -1155,7 +1159,17 @@ impl Bench {
         }
         let root = env!("CARGO_MANIFEST_DIR");
         let explained = std::fs::read_to_string(format!("{root}/benches/LIMITS.md")).unwrap_or_default();
-        std::fs::write(format!("{root}/BENCHMARKS.md"), md + "\n" + &explained).unwrap();
+        // kubectl-meshwrap's benchmark owns what follows its marker: keep it.
+        let inject = std::fs::read_to_string(format!("{root}/BENCHMARKS.md"))
+            .ok()
+            .and_then(|old| old.find(INJECT_MARKER).map(|at| old[at..].to_string()))
+            .unwrap_or_default();
+        let inject = if inject.is_empty() {
+            String::new()
+        } else {
+            format!("\n{inject}")
+        };
+        std::fs::write(format!("{root}/BENCHMARKS.md"), md + "\n" + &explained + &inject).unwrap();
         let mut all: Vec<(String, &Sample, &str, bool)> = Vec::new();
         for ((window, refused, answering), color) in readiness.windows.iter().zip(["#2e9e4f", "#1f6fd0", "#8a4fbf"]) {
             all.push((

@@ -130,13 +130,11 @@ pub fn run(req: &Request) -> i32 {
             return 2;
         }
     };
-    let mut results = Vec::new();
+    // Everything is read before anything is written.
+    let mut texts = Vec::new();
     for path in &paths {
         match read(path) {
-            Ok(text) => {
-                let result = stream::run(&text, &req.options, &req.taught, None);
-                results.push((path, text, result));
-            }
+            Ok(text) => texts.push((path, text)),
             Err(e) => {
                 crate::say(&e);
                 return 1;
@@ -144,42 +142,53 @@ pub fn run(req: &Request) -> i32 {
         }
     }
     let (mut failed, mut skipped) = (false, false);
-    let mut stdout = std::io::stdout().lock();
-    for (i, (path, before, result)) in results.iter().enumerate() {
+    let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let mut write_error = None;
+    let several = texts.len() > 1;
+    for (i, (path, text)) in texts.iter().enumerate() {
         let source = if path.as_os_str() == "-" {
             "stdin".to_string()
         } else {
             path.display().to_string()
         };
-        for e in &result.entries {
-            crate::say(&line(&source, e));
-            failed |= e.verdict == Verdict::Error;
-            skipped |= e.verdict == Verdict::Skipped;
-        }
-        if req.in_place {
-            if result.text != *before
-                && let Err(e) = replace(path, &result.text)
+        let entries = if req.in_place {
+            let (new, entries) = stream::run_to_string(text, &req.options, &req.taught, None);
+            if new != *text
+                && let Err(e) = replace(path, &new)
             {
                 crate::say(&e);
                 failed = true;
             }
-            continue;
-        }
-        let mut text = result.text.clone();
-        if results.len() > 1 {
-            if i > 0 && !text.starts_with("---") {
-                text.insert_str(0, "---\n");
+            entries
+        } else {
+            // Streamed to stdout as each document is done; separated by `---`
+            // when several inputs make one stream.
+            let last = std::cell::Cell::new(b'\n');
+            let mut put = |piece: &str| {
+                if write_error.is_none() && !piece.is_empty() {
+                    last.set(*piece.as_bytes().last().unwrap_or(&b'\n'));
+                    if let Err(e) = stdout.write_all(piece.as_bytes()) {
+                        write_error = Some(e);
+                    }
+                }
+            };
+            if several && i > 0 && !text.starts_with("---") {
+                put("---\n");
             }
-            if !text.ends_with('\n') {
-                text.push('\n');
+            let entries = stream::run(text, &req.options, &req.taught, None, &mut put);
+            if several && last.get() != b'\n' {
+                put("\n");
             }
-        }
-        if let Err(e) = stdout.write_all(text.as_bytes()) {
-            crate::say(&format!("stdout: {e}"));
-            return 1;
+            entries
+        };
+        for e in &entries {
+            crate::say(&line(&source, e));
+            failed |= e.verdict == Verdict::Error;
+            skipped |= e.verdict == Verdict::Skipped;
         }
     }
-    if stdout.flush().is_err() {
+    if let Some(e) = write_error.or_else(|| stdout.flush().err()) {
+        crate::say(&format!("stdout: {e}"));
         return 1;
     }
     if failed || (req.strict && skipped) { 1 } else { 0 }

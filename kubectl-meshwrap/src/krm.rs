@@ -92,9 +92,8 @@ pub fn run(flags: &Options, taught: &[TemplatePath], strict_flag: bool) -> i32 {
     };
     let strict = strict || strict_flag;
     // First pass: the entries, to write them as results in the same edit.
-    let dry = stream::run(&text, &opts, taught, None);
+    let (_, dry) = stream::run_to_string(&text, &opts, taught, None);
     let results: Vec<Value> = dry
-        .entries
         .iter()
         .map(|e| {
             let mut r = json!({
@@ -127,15 +126,11 @@ pub fn run(flags: &Options, taught: &[TemplatePath], strict_flag: bool) -> i32 {
             }],
         }
     };
-    let done = stream::run(&text, &opts, taught, Some(&add_results));
-    let errors = done.entries.iter().any(|e| e.verdict == Verdict::Error)
-        || (strict && done.entries.iter().any(|e| e.verdict == Verdict::Skipped));
+    let (done, entries) = stream::run_to_string(&text, &opts, taught, Some(&add_results));
+    let errors = entries.iter().any(|e| e.verdict == Verdict::Error)
+        || (strict && entries.iter().any(|e| e.verdict == Verdict::Skipped));
     let mut stdout = std::io::stdout().lock();
-    if stdout
-        .write_all(done.text.as_bytes())
-        .and_then(|()| stdout.flush())
-        .is_err()
-    {
+    if stdout.write_all(done.as_bytes()).and_then(|()| stdout.flush()).is_err() {
         return 1;
     }
     // The spec: a result of severity error fails the function.

@@ -18,6 +18,10 @@ use crate::transform::{self, Options, Outcome, Place};
 use crate::workloads::{self, TemplatePath};
 use crate::yaml::{edit, tree};
 
+/// More additions to each document, planned from its JSON once injected
+/// (the KRM function's results).
+pub type Extra<'a> = &'a dyn Fn(&Value) -> Vec<Op>;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     Injected,
@@ -41,73 +45,87 @@ pub struct Entry {
     pub namespace: String,
 }
 
-/// An input's new text, and an entry per pod template.
-pub struct Result {
-    pub text: String,
-    pub entries: Vec<Entry>,
-}
-
-/// Where one document's text lies in the input.
-struct Span {
-    start: usize,
-    end: usize,
-}
-
-/// Runs every document of `text` through the transform.
-pub fn run(text: &str, opts: &Options, taught: &[TemplatePath], extra: Option<&dyn Fn(&Value) -> Vec<Op>>) -> Result {
-    let mut out = String::with_capacity(text.len() + text.len() / 4);
+/// Runs every document of `text` through the transform, handing the new
+/// text to `sink` piece by piece (untouched stretches as they are); returns
+/// an entry per pod template.
+pub fn run(
+    text: &str,
+    opts: &Options,
+    taught: &[TemplatePath],
+    extra: Option<Extra>,
+    sink: &mut dyn FnMut(&str),
+) -> Vec<Entry> {
     let mut entries = Vec::new();
     let mut cursor = 0;
-    for span in documents(text, &mut entries) {
-        out.push_str(&text[cursor..span.start]);
-        out.push_str(&document(
-            &text[span.start..span.end],
-            opts,
-            taught,
-            extra,
-            &mut entries,
-        ));
-        cursor = span.end;
+    let mut emit = |edits: Vec<edit::Edit>, cursor: &mut usize| {
+        for e in edits {
+            sink(&text[*cursor..e.at]);
+            sink(&e.insert);
+            *cursor = e.at + e.remove;
+        }
+    };
+    if is_json(text) {
+        // JSON objects one after another (kubectl takes them; YAML does not):
+        // each is a document of its own.
+        for (start, end) in json_values(text) {
+            let chunk = &text[start..end];
+            let (docs, _) = tree::parse(chunk);
+            if let Some(doc) = docs.first() {
+                let edits = document(chunk, doc, opts, taught, extra, &mut entries);
+                let shifted = edits
+                    .into_iter()
+                    .map(|e| edit::Edit { at: e.at + start, ..e })
+                    .collect();
+                emit(shifted, &mut cursor);
+            }
+        }
+    } else {
+        let error = tree::parse_each(text, |doc| {
+            let edits = document(text, &doc, opts, taught, extra, &mut entries);
+            emit(edits, &mut cursor);
+        });
+        if let Some(e) = error {
+            entries.push(Entry {
+                verdict: Verdict::Error,
+                what: format!("line {}", e.line),
+                message: format!(
+                    "not YAML from here on ({}): left as it is{}",
+                    e.message,
+                    if text.contains("{{") {
+                        " (a Helm template? render it first, or use inject as a post-renderer)"
+                    } else {
+                        ""
+                    }
+                ),
+                api_version: String::new(),
+                kind: String::new(),
+                name: String::new(),
+                namespace: String::new(),
+            });
+        }
     }
-    out.push_str(&text[cursor..]);
-    Result { text: out, entries }
+    sink(&text[cursor..]);
+    entries
+}
+
+/// [`run`] into a string.
+pub fn run_to_string(
+    text: &str,
+    opts: &Options,
+    taught: &[TemplatePath],
+    extra: Option<Extra>,
+) -> (String, Vec<Entry>) {
+    let mut out = String::with_capacity(text.len() + text.len() / 2);
+    let entries = run(text, opts, taught, extra, &mut |piece| out.push_str(piece));
+    (out, entries)
 }
 
 fn is_json(text: &str) -> bool {
     text.trim_start().starts_with(['{', '['])
 }
 
-/// The documents' spans: YAML documents, or top-level JSON values (which
-/// `kubectl` accepts one after another, and YAML does not).
-fn documents(text: &str, entries: &mut Vec<Entry>) -> Vec<Span> {
-    if is_json(text) {
-        return json_values(text);
-    }
-    let (docs, error) = tree::spans(text);
-    if let Some(e) = error {
-        entries.push(Entry {
-            verdict: Verdict::Error,
-            what: format!("line {}", e.line),
-            message: format!(
-                "not YAML from here on ({}): left as it is{}",
-                e.message,
-                if text.contains("{{") {
-                    " (a Helm template? render it first, or use inject as a post-renderer)"
-                } else {
-                    ""
-                }
-            ),
-            api_version: String::new(),
-            kind: String::new(),
-            name: String::new(),
-            namespace: String::new(),
-        });
-    }
-    docs.into_iter().map(|(start, end)| Span { start, end }).collect()
-}
-
 /// Top-level JSON values, by brackets and strings.
-fn json_values(text: &str) -> Vec<Span> {
+fn json_values(text: &str) -> Vec<(usize, usize)> {
     let bytes = text.as_bytes();
     let mut spans = Vec::new();
     let (mut depth, mut in_string, mut escaped, mut start) = (0usize, false, false, 0);
@@ -132,7 +150,7 @@ fn json_values(text: &str) -> Vec<Span> {
             b'}' | b']' => {
                 depth = depth.saturating_sub(1);
                 if depth == 0 {
-                    spans.push(Span { start, end: i + 1 });
+                    spans.push((start, i + 1));
                 }
             }
             _ => {}
@@ -173,23 +191,29 @@ fn node_at<'a>(root: &'a tree::Node, path: &[patch::Seg]) -> Option<&'a tree::No
     })
 }
 
-/// One document's new text.
+/// The edits (at positions in `text`) that inject one document, `doc`,
+/// parsed from `text`: none when nothing is injected.
 fn document(
     text: &str,
+    doc: &tree::Document,
     opts: &Options,
     taught: &[TemplatePath],
-    extra: Option<&dyn Fn(&Value) -> Vec<Op>>,
+    extra: Option<Extra>,
     entries: &mut Vec<Entry>,
-) -> String {
-    let (docs, _) = tree::parse(text);
-    let Some(doc) = docs.into_iter().find(|d| matches!(d.root.kind, tree::Kind::Map(_))) else {
-        return text.to_string();
-    };
+) -> Vec<edit::Edit> {
+    if !matches!(doc.root.kind, tree::Kind::Map(_)) {
+        return Vec::new();
+    }
     let original = doc.root.to_json();
+    let found = workloads::find(&original, taught);
+    if found.is_empty() && extra.is_none() {
+        return Vec::new();
+    }
     let mut working = original.clone();
     let mut ops: Vec<Op> = Vec::new();
     let mut mine = Vec::new();
-    for workload in workloads::find(&original, taught) {
+    for workload in found {
+        let object = patch::get(&original, &workload.at).unwrap_or(&original);
         let what = |label: &str| {
             format!(
                 "{}/{}{}",
@@ -205,13 +229,13 @@ fn document(
         let places = match workload.places {
             Ok(places) => places,
             Err(why) => {
-                mine.push((entry(Verdict::Skipped, &original, what(""), why), None));
+                mine.push((entry(Verdict::Skipped, object, what(""), why), None));
                 continue;
             }
         };
         if places.is_empty() {
             mine.push((
-                entry(Verdict::Skipped, &original, what(""), "no pod template found".into()),
+                entry(Verdict::Skipped, object, what(""), "no pod template found".into()),
                 None,
             ));
         }
@@ -230,14 +254,14 @@ fn document(
                     let guard = if guard { "guard" } else { "no guard" };
                     let message = format!("container {container}, --quit-policy {policy}, {guard}");
                     mine.push((
-                        entry(Verdict::Injected, &original, what(&place.label), message),
+                        entry(Verdict::Injected, object, what(&place.label), message),
                         Some(place),
                     ));
                 }
                 Outcome::Unchanged(why) => {
-                    mine.push((entry(Verdict::Unchanged, &original, what(&place.label), why), None))
+                    mine.push((entry(Verdict::Unchanged, object, what(&place.label), why), None))
                 }
-                Outcome::Skipped(why) => mine.push((entry(Verdict::Skipped, &original, what(&place.label), why), None)),
+                Outcome::Skipped(why) => mine.push((entry(Verdict::Skipped, object, what(&place.label), why), None)),
             }
         }
     }
@@ -252,7 +276,7 @@ fn document(
         |mine: Vec<(Entry, Option<Place>)>, entries: &mut Vec<Entry>| entries.extend(mine.into_iter().map(|(e, _)| e));
     if ops.is_empty() {
         finish(mine, entries);
-        return text.to_string();
+        return Vec::new();
     }
     // Anchors, tags, merge keys or template syntax where the edits go: the
     // document stays as it is.
@@ -283,18 +307,33 @@ fn document(
             entries,
             "YAML anchors, aliases, tags, merge keys or template syntax where meshwrap would edit: left byte for byte as it is",
         );
-        return text.to_string();
+        return Vec::new();
     }
     let folded = patch::fold(&ops);
-    let edited = edit::edits(text, &doc.root, &folded).map(|edits| edit::apply(text, &edits));
-    let verified = edited.ok().filter(|new| {
-        let (again, error) = tree::parse(new);
+    // The edited document, on its own, must read as the plan says.
+    let verified = edit::edits(text, &doc.root, &folded).ok().filter(|edits| {
+        let end = edits
+            .iter()
+            .map(|e| e.at + e.remove)
+            .chain([doc.end, doc.root.end])
+            .max()
+            .unwrap_or(doc.end);
+        let local: Vec<edit::Edit> = edits
+            .iter()
+            .map(|e| edit::Edit {
+                at: e.at - doc.start,
+                remove: e.remove,
+                insert: e.insert.clone(),
+            })
+            .collect();
+        let new = edit::apply(&text[doc.start..end.min(text.len())], &local);
+        let (again, error) = tree::parse(&new);
         error.is_none() && again.len() == 1 && again[0].root.to_json() == working
     });
     match verified {
-        Some(new) => {
+        Some(edits) => {
             finish(mine, entries);
-            new
+            edits
         }
         None => {
             refuse(
@@ -302,7 +341,7 @@ fn document(
                 entries,
                 "could not edit this document's layout without changing it: left as it is (please report it)",
             );
-            text.to_string()
+            Vec::new()
         }
     }
 }

@@ -123,7 +123,7 @@ pub enum Outcome {
     Skipped(String),
 }
 
-fn text<'a>(v: Option<&'a Value>) -> Option<&'a str> {
+fn text(v: Option<&Value>) -> Option<&str> {
     v.and_then(Value::as_str)
 }
 

@@ -58,6 +58,8 @@ impl std::str::FromStr for TemplatePath {
 /// One workload of a document: a top-level object or a List's item.
 #[derive(Debug)]
 pub struct Workload {
+    /// Where the object is: the document itself, or a List's item.
+    pub at: Path,
     pub kind: String,
     pub name: String,
     /// Its pod templates, or why it has none we may touch.
@@ -170,6 +172,7 @@ fn find_at(doc: &Value, at: Path, taught: &[TemplatePath], out: &mut Vec<Workloa
     }
     let mut workload = |places: Result<Vec<Place>, String>| {
         out.push(Workload {
+            at: at.clone(),
             kind: kind.clone(),
             name: name.clone(),
             places,

@@ -36,7 +36,9 @@ pub struct Edit {
 /// The text edits that carry out `ops` (already folded: no op targets what
 /// another adds) on the document `root` within `text`.
 pub fn edits(text: &str, root: &Node, ops: &[Op]) -> Result<Vec<Edit>, String> {
-    let nl = if text.contains("\r\n") { "\r\n" } else { "\n" };
+    // The document's own line ending and style, not the stream's.
+    let own = &text[root.start.min(text.len())..root.end.clamp(root.start, text.len())];
+    let nl = if own.contains("\r\n") { "\r\n" } else { "\n" };
     // JSON stays JSON; a YAML flow collection gets YAML's flow style.
     let flow: fn(&Value) -> String = if text.trim_start().starts_with('{') {
         json

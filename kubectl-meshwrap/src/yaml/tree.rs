@@ -80,12 +80,13 @@ impl<'a> Lines<'a> {
     }
 }
 
-/// Parses every document of `text`. Documents before a syntax error are
-/// returned with the error.
-pub fn parse(text: &str) -> (Vec<Document>, Option<ParseError>) {
+/// Parses `text` and hands each document to `each` as soon as it ends, so
+/// only one document's tree exists at a time. A document's `end` is where
+/// its end was found (the next `---`, or the stream's end). Returns the
+/// syntax error that stopped the stream, if one did.
+pub fn parse_each(text: &str, mut each: impl FnMut(Document)) -> Option<ParseError> {
     let lines = Lines::new(text);
     let mut parser = Parser::new_from_str(text);
-    let mut docs = Vec::new();
     let mut stack: Vec<(Node, Option<Node>)> = Vec::new();
     let mut root: Option<Node> = None;
     let mut doc_start = 0;
@@ -113,7 +114,7 @@ pub fn parse(text: &str) -> (Vec<Document>, Option<ParseError>) {
             }
             Event::DocumentEnd => {
                 if let Some(root) = root.take() {
-                    docs.push(Document {
+                    each(Document {
                         root,
                         start: doc_start,
                         end: start,
@@ -189,69 +190,34 @@ pub fn parse(text: &str) -> (Vec<Document>, Option<ParseError>) {
     }
     // A document with no end event (the stream's last, implicit).
     if let Some(root) = root.take().filter(|_| error.is_none()) {
-        docs.push(Document {
+        each(Document {
             root,
             start: doc_start,
             end: text.len(),
         });
     }
-    // Each document runs until the next one starts: comments between two
-    // documents go with the first, as a reader would expect.
+    error
+}
+
+/// Parses every document of `text`. Documents before a syntax error are
+/// returned with the error; each runs until the next one starts (comments
+/// between two documents go with the first), the first from the stream's
+/// start.
+pub fn parse(text: &str) -> (Vec<Document>, Option<ParseError>) {
+    let mut docs: Vec<Document> = Vec::new();
+    let error = parse_each(text, |d| docs.push(d));
     for i in 1..docs.len() {
         docs[i - 1].end = docs[i].start;
     }
     if let Some(first) = docs.first_mut() {
         first.start = 0;
     }
-    if let Some(last) = docs.last_mut() {
-        // After an error, the documents that parsed end where the broken one
-        // starts; nothing past that point is touched.
-        last.end = if error.is_some() {
-            doc_start.max(last.start)
-        } else {
-            text.len()
-        };
+    if let Some(last) = docs.last_mut()
+        && error.is_none()
+    {
+        last.end = text.len();
     }
     (docs, error)
-}
-
-/// Only where each document starts and ends (as [`parse`] would say),
-/// without building the trees: a stream is split with this, and each
-/// document is then parsed on its own, so memory follows one document.
-pub fn spans(text: &str) -> (Vec<(usize, usize)>, Option<ParseError>) {
-    let lines = Lines::new(text);
-    let mut parser = Parser::new_from_str(text);
-    let mut starts = Vec::new();
-    let mut current = None;
-    let mut error = None;
-    while let Some(event) = parser.next_event() {
-        match event {
-            Ok((Event::DocumentStart(_), span)) => current = Some(lines.byte(&span.start)),
-            Ok((Event::DocumentEnd, _)) => starts.extend(current.take()),
-            Ok(_) => {}
-            Err(e) => {
-                error = Some(ParseError {
-                    line: e.marker().line(),
-                    message: e.info().to_string(),
-                });
-                break;
-            }
-        }
-    }
-    if error.is_none() {
-        starts.extend(current.take());
-    }
-    let mut spans: Vec<(usize, usize)> = Vec::with_capacity(starts.len());
-    for (i, &start) in starts.iter().enumerate() {
-        let start = if i == 0 { 0 } else { start };
-        let end = match starts.get(i + 1) {
-            Some(&next) => next,
-            None if error.is_some() => current.unwrap_or(text.len()).max(start),
-            None => text.len(),
-        };
-        spans.push((start, end));
-    }
-    (spans, error)
 }
 
 impl Node {
@@ -318,10 +284,11 @@ fn plain(text: &str) -> Value {
         _ => {}
     }
     let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
-    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-        if let Ok(n) = text.trim_start_matches('+').parse::<i64>() {
-            return Value::from(n);
-        }
+    if !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && let Ok(n) = text.trim_start_matches('+').parse::<i64>()
+    {
+        return Value::from(n);
     }
     if let Some(hex) = text.strip_prefix("0x")
         && let Ok(n) = i64::from_str_radix(hex, 16)

@@ -1,0 +1,330 @@
+//! inject's interface, run as a user would: files, folders, stdin, --in-place,
+//! --strict, bad flags, and the KRM function.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+fn golden(name: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name)).unwrap()
+}
+
+#[test]
+fn in_place_rewrites_each_file_atomically_and_leaves_unchanged_files_untouched() {
+    let dir = temp_dir("in-place");
+    std::fs::create_dir_all(dir.join("jobs/nested")).unwrap();
+    std::fs::write(dir.join("jobs/job.yaml"), golden("job.in.yaml")).unwrap();
+    std::fs::write(dir.join("jobs/nested/tf.yaml"), golden("tfjob.in.yaml")).unwrap();
+    std::fs::write(
+        dir.join("jobs/nested/config.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("jobs/notes.txt"), "not a manifest").unwrap();
+    let untouched = std::fs::metadata(dir.join("jobs/nested/config.yaml"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    let run = run_in(
+        Some(&dir),
+        &["inject", "--image", IMAGE, "--in-place", "-f", "jobs"],
+        "",
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("jobs/job.yaml")).unwrap(),
+        golden("job.out.yaml")
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("jobs/nested/tf.yaml")).unwrap(),
+        golden("tfjob.out.yaml")
+    );
+    assert_eq!(
+        std::fs::metadata(dir.join("jobs/nested/config.yaml"))
+            .unwrap()
+            .modified()
+            .unwrap(),
+        untouched
+    );
+    assert!(
+        run.stderr.contains("jobs/nested/tf.yaml: TFJob/mnist Worker: injected"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.is_empty());
+    // No temporary file is left beside them.
+    let names: Vec<String> = std::fs::read_dir(dir.join("jobs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
+    // A second in-place run changes nothing.
+    let again = run_in(Some(&dir), &["inject", "--image", IMAGE, "-i", "-f", "jobs"], "", &[]);
+    assert_eq!(again.code, 0);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("jobs/job.yaml")).unwrap(),
+        golden("job.out.yaml")
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn several_inputs_print_as_one_stream_in_order() {
+    let dir = temp_dir("several");
+    std::fs::write(dir.join("a.yaml"), golden("job.in.yaml")).unwrap();
+    std::fs::write(dir.join("b.json"), golden("json-job.in.json")).unwrap();
+    let run = run_in(
+        Some(&dir),
+        &["inject", "--image", IMAGE, "-f", "a.yaml", "-f", "b.json"],
+        "",
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        run.stdout,
+        format!("{}---\n{}", golden("job.out.yaml"), golden("json-job.out.json"))
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn strict_turns_a_skip_into_exit_1_but_not_an_unchanged_document() {
+    let skips = golden("skips.in.yaml");
+    assert_eq!(
+        kubectl_meshwrap(&["inject", "--image", IMAGE, "--strict"], &skips).code,
+        1
+    );
+    let done = golden("job.out.yaml");
+    let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "--strict"], &done);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains("unchanged: already injected"));
+}
+
+#[test]
+fn bad_input_is_one_line_naming_the_flag_and_nothing_is_written() {
+    let dir = temp_dir("bad");
+    std::fs::write(dir.join("job.yaml"), golden("job.in.yaml")).unwrap();
+    for (args, says) in [
+        (
+            vec!["inject", "-f", "job.yaml", "-i"],
+            "--image (MESHWRAP_IMAGE) is required",
+        ),
+        (
+            vec![
+                "inject",
+                "--image",
+                IMAGE,
+                "-i",
+                "-f",
+                "job.yaml",
+                "--quit-policy",
+                "sometimes",
+            ],
+            "--quit-policy",
+        ),
+        (
+            vec!["inject", "--image", IMAGE, "-i", "-f", "job.yaml", "--timeout", "soon"],
+            "a duration such as 90s",
+        ),
+        (
+            vec!["inject", "--image", IMAGE, "-i", "-f", "job.yaml", "--sidecar", "nginx"],
+            "--sidecar",
+        ),
+        (
+            vec![
+                "inject",
+                "--image",
+                IMAGE,
+                "-i",
+                "-f",
+                "job.yaml",
+                "--delivery",
+                "carrier-pigeon",
+            ],
+            "--delivery",
+        ),
+        (
+            vec![
+                "inject",
+                "--image",
+                IMAGE,
+                "-i",
+                "-f",
+                "job.yaml",
+                "--template-path",
+                "NoPath",
+            ],
+            "KIND=PATH",
+        ),
+        (
+            vec!["inject", "--image", IMAGE, "-i", "-f", "job.yaml", "-f", "missing.yaml"],
+            "-f missing.yaml: no such file",
+        ),
+        (
+            vec!["inject", "--image", IMAGE, "-i", "-f", "-"],
+            "--in-place: needs files",
+        ),
+    ] {
+        let run = run_in(Some(&dir), &args, "", &[]);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert_eq!(run.stderr.lines().count(), 1, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("job.yaml")).unwrap(),
+            golden("job.in.yaml"),
+            "{args:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn flags_are_also_environment_variables() {
+    let run = run_in(
+        None,
+        &["inject", "-f", "-"],
+        &golden("job.in.yaml"),
+        &[("MESHWRAP_IMAGE", IMAGE)],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout, golden("job.out.yaml"));
+}
+
+const RESOURCE_LIST: &str = r#"apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items:
+  # a comment kustomize may keep
+  - apiVersion: batch/v1
+    kind: Job
+    metadata:
+      name: train
+      namespace: ml
+      annotations:
+        config.kubernetes.io/index: "0"
+    spec:
+      template:
+        spec:
+          restartPolicy: Never
+          containers:
+            - name: train
+              image: registry.example.com/train:1
+              command: [python, train.py]
+  - apiVersion: batch/v1
+    kind: Job
+    metadata:
+      name: no-command
+    spec:
+      template:
+        spec:
+          restartPolicy: Never
+          containers:
+            - {name: x, image: "registry.example.com/x:1"}
+functionConfig:
+  apiVersion: v1
+  kind: ConfigMap
+  metadata:
+    name: meshwrap
+  data:
+    image: registry.example.com/meshwrap:0.1.0
+"#;
+
+#[test]
+fn as_a_krm_function_it_injects_the_items_and_reports_results() {
+    // kustomize and kpt run it with no arguments.
+    let run = kubectl_meshwrap::<&str>(&[], RESOURCE_LIST);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let out: serde_json::Value = {
+        let yaml = &run.stdout;
+        assert!(
+            yaml.starts_with(
+                "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n  # a comment kustomize may keep\n"
+            ),
+            "{yaml}"
+        );
+        parse_yaml(yaml)
+    };
+    let job = &out["items"][0]["spec"]["template"]["spec"];
+    assert_eq!(job["containers"][0]["command"][0], "/mesh/meshwrap");
+    assert_eq!(job["initContainers"][0]["image"], IMAGE);
+    let results = out["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(results[0]["severity"], "info");
+    assert_eq!(
+        results[0]["resourceRef"],
+        serde_json::json!({"apiVersion": "batch/v1", "kind": "Job", "name": "train", "namespace": "ml"})
+    );
+    assert_eq!(results[1]["severity"], "warning");
+    assert!(results[1]["message"].as_str().unwrap().contains("has no command"));
+    // `fn` is the same, and strict makes the skip an error result and a failure.
+    let strict = RESOURCE_LIST.replace("  data:\n", "  data:\n    strict: \"true\"\n");
+    let run = kubectl_meshwrap(&["fn"], &strict);
+    assert_eq!(run.code, 1);
+    assert!(run.stdout.contains("severity: error"), "{}", run.stdout);
+}
+
+#[test]
+fn a_krm_function_without_an_image_says_so_in_one_line() {
+    let list = RESOURCE_LIST.replace("    image: registry.example.com/meshwrap:0.1.0\n", "    other: x\n");
+    let run = kubectl_meshwrap(&["fn"], &list);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("functionConfig: image is required"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn as_a_helm_post_renderer_it_reads_stdin_and_writes_stdout() {
+    // helm pipes the rendered chart through: one stream in, one stream out.
+    let rendered = format!("---\n# Source: chart/templates/job.yaml\n{}", golden("job.in.yaml"));
+    let run = kubectl_meshwrap(&["inject", "--image", IMAGE], &rendered);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        run.stdout,
+        format!("---\n# Source: chart/templates/job.yaml\n{}", golden("job.out.yaml"))
+    );
+}
+
+fn parse_yaml(text: &str) -> serde_json::Value {
+    let (docs, err) = kubectl_meshwrap::yaml::tree::parse(text);
+    assert!(err.is_none(), "{text}");
+    docs[0].root.to_json()
+}
+
+#[test]
+fn the_kustomize_example_config_works_as_the_functions_config() {
+    // What kustomize sends for examples/kustomize: its resources as items, its
+    // transformer's ConfigMap as the functionConfig.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kustomize");
+    let indent = |text: &str, by: &str| {
+        text.lines()
+            .map(|l| {
+                if l.is_empty() {
+                    String::new()
+                } else {
+                    format!("{by}{l}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let job = std::fs::read_to_string(dir.join("job.yaml")).unwrap();
+    let config = std::fs::read_to_string(dir.join("meshwrap.yaml")).unwrap();
+    let list = format!(
+        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- {}\nfunctionConfig:\n{}\n",
+        indent(&job, "  ").trim_start(),
+        indent(&config, "  ")
+    );
+    let run = kubectl_meshwrap::<&str>(&[], &list);
+    assert_eq!(run.code, 0, "{}\n{}", run.stderr, run.stdout);
+    let out = parse_yaml(&run.stdout);
+    assert_eq!(
+        out["items"][0]["spec"]["template"]["spec"]["containers"][0]["command"][0],
+        "/mesh/meshwrap"
+    );
+    assert_eq!(out["results"][0]["severity"], "info");
+}
