@@ -21,7 +21,7 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// The wrapped examples: not their unwrapped sources, nor the kustomize
-/// recipe (its files are kustomize's, not manifests).
+/// recipe (its Job is wrapped by kustomize, at build time).
 fn examples() -> Vec<PathBuf> {
     let mut out = Vec::new();
     files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"), &mut out);

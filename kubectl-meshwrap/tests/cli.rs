@@ -313,7 +313,7 @@ fn the_kustomize_example_config_works_as_the_functions_config() {
             .join("\n")
     };
     let job = std::fs::read_to_string(dir.join("job.yaml")).unwrap();
-    let config = std::fs::read_to_string(dir.join("meshwrap.yaml")).unwrap();
+    let config = std::fs::read_to_string(dir.join("meshwrap-fn.json")).unwrap();
     let list = format!(
         "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- {}\nfunctionConfig:\n{}\n",
         indent(&job, "  ").trim_start(),
