@@ -78,8 +78,9 @@ pub fn install(dir: &Path) -> Result<PathBuf, String> {
 /// O_EXCL: any number of installers may share the directory (in a
 /// container every one of them is pid 1, so a pid-based name would
 /// collide), and a leftover from a killed install is never reused, opened
-/// or removed; it only takes up its name.
-fn create_temporary(dir: &Path) -> io::Result<(PathBuf, File)> {
+/// or removed; it only takes up its name. `kubectl-meshwrap inject
+/// --in-place` writes its files through it too.
+pub fn create_temporary(dir: &Path) -> io::Result<(PathBuf, File)> {
     let mut last = io::Error::from(io::ErrorKind::AlreadyExists);
     for _ in 0..16 {
         let path = dir.join(format!(".meshwrap.{:016x}.tmp", random()?));

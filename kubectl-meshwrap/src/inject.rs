@@ -68,37 +68,27 @@ fn read(path: &Path) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", path.display()))
 }
 
-/// Writes `text` over `path` by renaming a new file in its folder over it.
+/// Writes `text` over `path` by renaming a new file in its folder over it
+/// (one under a random name of its own, as `meshwrap install` makes).
 pub fn replace(path: &Path, text: &str) -> Result<(), String> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
     let fail = |e: std::io::Error| format!("{}: {e}", path.display());
     let permissions = std::fs::metadata(path).map_err(fail)?.permissions();
-    for attempt in 0..100u32 {
-        let temp = dir.join(format!(".{name}.meshwrap-{}-{attempt}", std::process::id()));
-        let mut file = match std::fs::OpenOptions::new().write(true).create_new(true).open(&temp) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(fail(e)),
-        };
-        let written = file
-            .write_all(text.as_bytes())
-            .and_then(|()| file.set_permissions(permissions.clone()))
-            .and_then(|()| file.sync_all())
-            .and_then(|()| std::fs::rename(&temp, path));
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&temp);
-            return Err(fail(e));
-        }
-        return Ok(());
+    let (temp, mut file) = meshwrap::install::create_temporary(dir).map_err(fail)?;
+    let written = file
+        .write_all(text.as_bytes())
+        .and_then(|()| file.set_permissions(permissions))
+        .and_then(|()| file.sync_all())
+        .and_then(|()| std::fs::rename(&temp, path));
+    if let Err(e) = written {
+        // Ours alone: created with O_EXCL under a name nobody else drew.
+        let _ = std::fs::remove_file(&temp);
+        return Err(fail(e));
     }
-    Err(format!("{}: no free temporary name beside it", path.display()))
+    Ok(())
 }
 
 /// A report line for `kubectl logs`-style reading: one per pod template.

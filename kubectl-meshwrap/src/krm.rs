@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use serde_json::{Value, json};
 
 use crate::patch::{Op, key};
-use crate::stream::{self, Verdict};
+use crate::stream::{self, Entry, Verdict};
 use crate::transform::{Delivery, Options};
 use crate::workloads::TemplatePath;
 
@@ -91,25 +91,22 @@ pub fn run(flags: &Options, taught: &[TemplatePath], strict_flag: bool) -> i32 {
         }
     };
     let strict = strict || strict_flag;
-    // First pass: the entries, to write them as results in the same edit.
-    let (_, dry) = stream::run_to_string(&text, &opts, taught, None);
-    let results: Vec<Value> = dry
-        .iter()
-        .map(|e| {
-            let mut r = json!({
-                "message": format!("{}: {}", e.what, e.message),
-                "severity": if strict && e.verdict == Verdict::Skipped { "error" } else { severity(e.verdict) },
-            });
-            if !e.kind.is_empty() {
-                r["resourceRef"] = json!({"apiVersion": e.api_version, "kind": e.kind, "name": e.name});
-                if !e.namespace.is_empty() {
-                    r["resourceRef"]["namespace"] = json!(e.namespace);
-                }
+    // The results are one more addition to the list, planned from its entries.
+    let result = |e: &Entry| {
+        let mut r = json!({
+            "message": format!("{}: {}", e.what, e.message),
+            "severity": if strict && e.verdict == Verdict::Skipped { "error" } else { severity(e.verdict) },
+        });
+        if !e.kind.is_empty() {
+            r["resourceRef"] = json!({"apiVersion": e.api_version, "kind": e.kind, "name": e.name});
+            if !e.namespace.is_empty() {
+                r["resourceRef"]["namespace"] = json!(e.namespace);
             }
-            r
-        })
-        .collect();
-    let add_results = move |doc: &Value| -> Vec<Op> {
+        }
+        r
+    };
+    let add_results = |doc: &Value, entries: &[Entry]| -> Vec<Op> {
+        let results: Vec<Value> = entries.iter().map(result).collect();
         if results.is_empty() {
             return Vec::new();
         }
@@ -117,12 +114,12 @@ pub fn run(flags: &Options, taught: &[TemplatePath], strict_flag: bool) -> i32 {
             Some(Value::Array(existing)) => vec![Op::Insert {
                 path: vec![key("results")],
                 index: existing.len(),
-                values: results.clone(),
+                values: results,
             }],
             _ => vec![Op::Add {
                 path: Vec::new(),
                 key: "results".into(),
-                value: Value::Array(results.clone()),
+                value: Value::Array(results),
             }],
         }
     };

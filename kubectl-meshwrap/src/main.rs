@@ -5,7 +5,15 @@ use kubectl_meshwrap::cli::{Cli, Command};
 use kubectl_meshwrap::{inject, krm, say};
 
 fn main() {
-    let cli = match Cli::try_parse() {
+    // kustomize and kpt run a function with no arguments: that is `fn`, with
+    // the same variables.
+    let bare = std::env::args_os().len() == 1 && !std::io::stdin().is_terminal();
+    let parsed = if bare {
+        Cli::try_parse_from(["kubectl-meshwrap", "fn"])
+    } else {
+        Cli::try_parse()
+    };
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
             // One line: what was wrong and what is accepted.
@@ -25,13 +33,12 @@ fn main() {
     };
     let code = match cli.command {
         Some(Command::Inject(args)) => {
-            let Some(image) = args.shared.image.as_deref().filter(|i| !i.is_empty()) else {
+            if args.shared.image.as_deref().is_none_or(str::is_empty) {
                 say(
                     "--image (MESHWRAP_IMAGE) is required: the meshwrap image to run, e.g. registry.example.com/meshwrap:0.1.0",
                 );
                 std::process::exit(2);
-            };
-            let _ = image;
+            }
             inject::run(&inject::Request {
                 files: args.files,
                 in_place: args.in_place,
@@ -41,19 +48,6 @@ fn main() {
             })
         }
         Some(Command::Fn(shared)) => krm::run(&shared.options(), &shared.template_paths, shared.strict),
-        None if !std::io::stdin().is_terminal() => {
-            // kustomize and kpt run a function with no arguments.
-            let shared = kubectl_meshwrap::cli::Shared {
-                image: std::env::var("MESHWRAP_IMAGE").ok(),
-                sidecar: None,
-                timeout: None,
-                quit_policy: None,
-                delivery: "init-container".into(),
-                template_paths: Vec::new(),
-                strict: false,
-            };
-            krm::run(&shared.options(), &[], false)
-        }
         None => {
             say("no command: try `kubectl meshwrap inject --image IMAGE -f FILE`, or --help");
             2

@@ -18,9 +18,9 @@ use crate::transform::{self, Options, Outcome, Place};
 use crate::workloads::{self, TemplatePath};
 use crate::yaml::{edit, tree};
 
-/// More additions to each document, planned from its JSON once injected
-/// (the KRM function's results).
-pub type Extra<'a> = &'a dyn Fn(&Value) -> Vec<Op>;
+/// More additions to each document, planned from its JSON once injected and
+/// from its entries (the KRM function's results).
+pub type Extra<'a> = &'a dyn Fn(&Value, &[Entry]) -> Vec<Op>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -184,13 +184,6 @@ fn regions(place: &Place) -> Vec<Path> {
     }
 }
 
-fn node_at<'a>(root: &'a tree::Node, path: &[patch::Seg]) -> Option<&'a tree::Node> {
-    path.iter().try_fold(root, |n, seg| match seg {
-        patch::Seg::Key(k) => n.get(k),
-        patch::Seg::Index(i) => n.index(*i),
-    })
-}
-
 /// The edits (at positions in `text`) that inject one document, `doc`,
 /// parsed from `text`: none when nothing is injected.
 fn document(
@@ -266,7 +259,8 @@ fn document(
         }
     }
     if let Some(extra) = extra {
-        let more = extra(&working);
+        let so_far: Vec<Entry> = mine.iter().map(|(e, _)| e.clone()).collect();
+        let more = extra(&working, &so_far);
         for op in &more {
             patch::apply(&mut working, op);
         }
@@ -285,7 +279,8 @@ fn document(
         .filter_map(|(_, p)| p.as_ref())
         .flat_map(regions)
         .any(|path| {
-            node_at(&doc.root, &path)
+            doc.root
+                .at(&path)
                 .is_some_and(|n| n.decorated || text[n.start..n.end.max(n.start).min(text.len())].contains("{{"))
         });
     let refuse = |mine: Vec<(Entry, Option<Place>)>, entries: &mut Vec<Entry>, why: &str| {

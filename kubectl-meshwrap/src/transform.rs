@@ -127,30 +127,16 @@ fn text(v: Option<&Value>) -> Option<&str> {
     v.and_then(Value::as_str)
 }
 
-/// Sets the key in the mapping at `path`, appending to a list there.
-fn extend(doc: &Value, path: &Path, field: &str, values: Vec<Value>, ops: &mut Vec<Op>) {
+/// Puts `values` into the list `field` of the mapping at `path`: first or
+/// last when the list is there, as a new list when it is not (or is null).
+fn put(doc: &Value, path: &Path, field: &str, first: bool, values: Vec<Value>, ops: &mut Vec<Op>) {
     if values.is_empty() {
         return;
     }
     match get(doc, path).and_then(|v| v.get(field)) {
         Some(Value::Array(items)) => ops.push(Op::Insert {
             path: under(path, &[key(field)]),
-            index: items.len(),
-            values,
-        }),
-        _ => ops.push(Op::Add {
-            path: path.clone(),
-            key: field.into(),
-            value: Value::Array(values),
-        }),
-    }
-}
-
-fn prepend(doc: &Value, path: &Path, field: &str, values: Vec<Value>, ops: &mut Vec<Op>) {
-    match get(doc, path).and_then(|v| v.get(field)) {
-        Some(Value::Array(_)) => ops.push(Op::Insert {
-            path: under(path, &[key(field)]),
-            index: 0,
+            index: if first { 0 } else { items.len() },
             values,
         }),
         _ => ops.push(Op::Add {
@@ -448,7 +434,7 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
     if podinfo == PODINFO_VOLUME {
         new_mounts.push(json!({"name": PODINFO_VOLUME, "mountPath": PODINFO_DIR, "readOnly": true}));
     }
-    extend(doc, path, "volumeMounts", new_mounts, &mut ops);
+    put(doc, path, "volumeMounts", false, new_mounts, &mut ops);
     if opts.delivery == Delivery::InitContainer {
         let install = hardened(json!({
             "name": INSTALL_CONTAINER,
@@ -456,7 +442,7 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
             "args": ["install", BIN_DIR],
             "volumeMounts": [{"name": BIN_VOLUME, "mountPath": BIN_DIR}]
         }));
-        prepend(doc, &place.spec, "initContainers", vec![install], &mut ops);
+        put(doc, &place.spec, "initContainers", true, vec![install], &mut ops);
     }
     if guard {
         let mut args = vec![json!("guard")];
@@ -470,9 +456,9 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
                 {"name": podinfo, "mountPath": PODINFO_DIR, "readOnly": true}
             ]
         }));
-        extend(doc, &place.spec, "containers", vec![guard], &mut ops);
+        put(doc, &place.spec, "containers", false, vec![guard], &mut ops);
     }
-    extend(doc, volumes_path, "volumes", new_volumes, &mut ops);
+    put(doc, volumes_path, "volumes", false, new_volumes, &mut ops);
 
     let status = json!({
         "version": VERSION,

@@ -77,15 +77,8 @@ pub fn apply(text: &str, edits: &[Edit]) -> String {
 }
 
 fn find<'a>(root: &'a Node, path: &[Seg]) -> Result<&'a Node, String> {
-    let mut node = root;
-    for seg in path {
-        node = match seg {
-            Seg::Key(k) => node.get(k),
-            Seg::Index(i) => node.index(*i),
-        }
-        .ok_or_else(|| format!("nothing at {}", crate::patch::pointer(path)))?;
-    }
-    Ok(node)
+    root.at(path)
+        .ok_or_else(|| format!("nothing at {}", crate::patch::pointer(path)))
 }
 
 fn insert(
@@ -103,15 +96,7 @@ fn insert(
         return Err("index past the end".into());
     }
     if seq.flow {
-        return Ok(flow_insert(
-            text,
-            nl,
-            seq.start,
-            items.iter().collect(),
-            index,
-            values,
-            flow,
-        ));
+        return Ok(flow_insert(text, nl, seq.start, items, index, values, flow));
     }
     // Every item's `-` is at the first one's column.
     let first_dash = dash_before(text, items[0].start);
@@ -175,10 +160,8 @@ fn add(text: &str, nl: &str, flow: fn(&Value) -> String, map: &Node, key: &str, 
         });
     }
     if map.flow {
-        let pairs: Vec<&Node> = entries.iter().map(|(_, v)| v).collect();
-        let keys: Vec<&Node> = entries.iter().map(|(k, _)| k).collect();
         let entry = format!("{}: {}", flow(&Value::String(key.into())), flow(value));
-        return Ok(flow_append_entry(text, nl, map.start, &keys, &pairs, entry));
+        return Ok(flow_append_entry(text, nl, map.start, entries, entry));
     }
     let col = map.start - line_start(text, map.start);
     let at = block_end(text, map);
@@ -199,7 +182,7 @@ fn flow_insert(
     text: &str,
     nl: &str,
     open: usize,
-    items: Vec<&Node>,
+    items: &[Node],
     index: usize,
     values: &[Value],
     render: impl Fn(&Value) -> String,
@@ -214,12 +197,7 @@ fn flow_insert(
     }
     if index < items.len() {
         let at = items[index].start;
-        let own_line = starts_line(text, at);
-        let sep = if own_line {
-            format!(",{nl}{}", " ".repeat(at - line_start(text, at)))
-        } else {
-            ", ".to_string()
-        };
+        let sep = separator(text, nl, at);
         let mut insert = String::new();
         for r in rendered {
             insert.push_str(&r);
@@ -227,13 +205,9 @@ fn flow_insert(
         }
         return Edit { at, remove: 0, insert };
     }
-    let last = items[items.len() - 1];
+    let last = &items[items.len() - 1];
     let at = node_end(text, last);
-    let sep = if starts_line(text, last.start) {
-        format!(",{nl}{}", " ".repeat(last.start - line_start(text, last.start)))
-    } else {
-        ", ".to_string()
-    };
+    let sep = separator(text, nl, last.start);
     let mut insert = String::new();
     for r in rendered {
         insert.push_str(&sep);
@@ -243,27 +217,29 @@ fn flow_insert(
 }
 
 /// Appends `entry` (`"key": value`) to a flow mapping whose `{` is at `open`.
-fn flow_append_entry(text: &str, nl: &str, open: usize, keys: &[&Node], values: &[&Node], entry: String) -> Edit {
-    let Some(last) = values.last() else {
+fn flow_append_entry(text: &str, nl: &str, open: usize, entries: &[(Node, Node)], entry: String) -> Edit {
+    let Some((key, value)) = entries.last() else {
         return Edit {
             at: open + 1,
             remove: 0,
             insert: entry,
         };
     };
-    let first_key = keys[keys.len() - 1];
-    let sep = if starts_line(text, first_key.start) {
-        format!(
-            ",{nl}{}",
-            " ".repeat(first_key.start - line_start(text, first_key.start))
-        )
+    Edit {
+        at: node_end(text, value),
+        remove: 0,
+        insert: format!("{}{entry}", separator(text, nl, key.start)),
+    }
+}
+
+/// What goes before a new item of a flow collection, `at` being where an
+/// item beside it starts: on a line of its own, indented like that item,
+/// when the items are one per line (pretty JSON); `, ` otherwise.
+fn separator(text: &str, nl: &str, at: usize) -> String {
+    if starts_line(text, at) {
+        format!(",{nl}{}", " ".repeat(at - line_start(text, at)))
     } else {
         ", ".to_string()
-    };
-    Edit {
-        at: node_end(text, last),
-        remove: 0,
-        insert: format!("{sep}{entry}"),
     }
 }
 

@@ -221,6 +221,14 @@ pub fn parse(text: &str) -> (Vec<Document>, Option<ParseError>) {
 }
 
 impl Node {
+    /// The node at `path` beneath this one.
+    pub fn at(&self, path: &[crate::patch::Seg]) -> Option<&Node> {
+        path.iter().try_fold(self, |node, seg| match seg {
+            crate::patch::Seg::Key(k) => node.get(k),
+            crate::patch::Seg::Index(i) => node.index(*i),
+        })
+    }
+
     pub fn get(&self, key: &str) -> Option<&Node> {
         match &self.kind {
             Kind::Map(entries) => entries
