@@ -254,7 +254,9 @@ fn document(
                 Outcome::Unchanged(why) => {
                     mine.push((entry(Verdict::Unchanged, object, what(&place.label), why), None))
                 }
-                Outcome::Skipped(why) => mine.push((entry(Verdict::Skipped, object, what(&place.label), why), None)),
+                Outcome::Skipped(skip) => {
+                    mine.push((entry(Verdict::Skipped, object, what(&place.label), skip.why), None))
+                }
             }
         }
     }

@@ -120,7 +120,19 @@ pub enum Outcome {
     /// Already wrapped: nothing to do.
     Unchanged(String),
     /// Not wrapped, and why.
-    Skipped(String),
+    Skipped(Skip),
+}
+
+/// Why a pod is not wrapped: a short code that names the kind of reason (a
+/// metrics label, so it never holds names) and the sentence a user reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Skip {
+    pub code: &'static str,
+    pub why: String,
+}
+
+fn skip(code: &'static str, why: impl Into<String>) -> Outcome {
+    Outcome::Skipped(Skip { code, why: why.into() })
 }
 
 fn text(v: Option<&Value>) -> Option<&str> {
@@ -198,7 +210,7 @@ fn preset_of(container: &str) -> Option<&'static str> {
 /// Decides what to add to the pod template at `place` in `doc`.
 pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
     let Some(spec) = get(doc, &place.spec).filter(|s| s.is_object()) else {
-        return Outcome::Skipped("no pod spec".into());
+        return skip("no-pod-spec", "no pod spec");
     };
     let meta = get(doc, &place.metadata);
     let annotation = |name: &str| text(meta.and_then(|m| m.get("annotations")).and_then(|a| a.get(name)));
@@ -207,25 +219,31 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
         return Outcome::Unchanged(format!("already injected ({STATUS})"));
     }
     if annotation(INJECT) == Some("false") || label(INJECT) == Some("false") {
-        return Outcome::Skipped(format!("opted out: {INJECT} is \"false\""));
+        return skip("opted-out", format!("opted out: {INJECT} is \"false\""));
     }
     let pod_level = get(doc, &place.volumes).unwrap_or(spec);
     if pod_level.get("hostNetwork") == Some(&Value::Bool(true)) || spec.get("hostNetwork") == Some(&Value::Bool(true)) {
-        return Outcome::Skipped("hostNetwork: a pod on the node's network has no sidecar to wait for".into());
+        return skip(
+            "host-network",
+            "hostNetwork: a pod on the node's network has no sidecar to wait for",
+        );
     }
     let windows = |s: &Value| {
         text(s.pointer("/os/name")) == Some("windows")
             || text(s.pointer("/nodeSelector/kubernetes.io~1os")) == Some("windows")
     };
     if windows(spec) || windows(pod_level) {
-        return Outcome::Skipped("a Windows pod: meshwrap is a Linux binary".into());
+        return skip("windows", "a Windows pod: meshwrap is a Linux binary");
     }
 
     // The containers to choose from, each with its path.
     let mut candidates: Vec<(String, Path, &Value)> = Vec::new();
     if place.argo {
         if spec.get("containerSet").is_some() {
-            return Outcome::Skipped("an Argo containerSet template: wrap its main container by hand".into());
+            return skip(
+                "argo-container-set",
+                "an Argo containerSet template: wrap its main container by hand",
+            );
         }
         for field in ["container", "script"] {
             if let Some(c) = spec.get(field) {
@@ -250,13 +268,14 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
     let chosen = if let Some(wanted) = annotation(CONTAINER) {
         match candidates.iter().find(|(n, _, _)| n == wanted) {
             Some(c) if KNOWN_SIDECARS.contains(&wanted) && !place.argo => {
-                return Outcome::Skipped(format!("{CONTAINER} names {}, a sidecar", c.0));
+                return skip("bad-annotation", format!("{CONTAINER} names {}, a sidecar", c.0));
             }
             Some(c) => c,
             None => {
-                return Outcome::Skipped(format!(
-                    "{CONTAINER} names {wanted}, which is not a container of the pod"
-                ));
+                return skip(
+                    "bad-annotation",
+                    format!("{CONTAINER} names {wanted}, which is not a container of the pod"),
+                );
             }
         }
     } else if let Some(c) = annotation("kubectl.kubernetes.io/default-container")
@@ -271,22 +290,28 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
     } else if regular.len() == 1 {
         regular[0]
     } else if regular.is_empty() {
-        return Outcome::Skipped("no container to wrap".into());
+        return skip("no-container", "no container to wrap");
     } else {
         let names: Vec<&str> = regular.iter().map(|(n, _, _)| n.as_str()).collect();
-        return Outcome::Skipped(format!(
-            "{} containers ({}) and none is the default: name one with the {CONTAINER} annotation",
-            names.len(),
-            names.join(", ")
-        ));
+        return skip(
+            "ambiguous-container",
+            format!(
+                "{} containers ({}) and none is the default: name one with the {CONTAINER} annotation",
+                names.len(),
+                names.join(", ")
+            ),
+        );
     };
     let (name, path, container) = chosen;
     match container.get("command") {
         Some(Value::Array(items)) if !items.is_empty() && items.iter().all(Value::is_string) => {}
         _ => {
-            return Outcome::Skipped(format!(
-                "container {name} has no command, and the image's ENTRYPOINT cannot be known here: set its command"
-            ));
+            return skip(
+                "no-command",
+                format!(
+                    "container {name} has no command, and the image's ENTRYPOINT cannot be known here: set its command"
+                ),
+            );
         }
     }
 
@@ -294,21 +319,28 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
     let policy = match annotation(QUIT_POLICY).map(str::to_string).or(opts.quit_policy.clone()) {
         Some(p) if ["always", "on-success", "never"].contains(&p.as_str()) => p,
         Some(p) => {
-            return Outcome::Skipped(format!("{QUIT_POLICY}: \"{p}\" is not always, on-success or never"));
+            return skip(
+                "bad-annotation",
+                format!("{QUIT_POLICY}: \"{p}\" is not always, on-success or never"),
+            );
         }
         None => policy_for(doc, place),
     };
     if place.argo && policy != "never" {
-        return Outcome::Skipped(format!(
-            "quit policy {policy} on an Argo step: Argo stops the sidecars itself, so its steps take never"
-        ));
+        return skip(
+            "bad-annotation",
+            format!("quit policy {policy} on an Argo step: Argo stops the sidecars itself, so its steps take never"),
+        );
     }
     let image = annotation(IMAGE).unwrap_or(&opts.image).to_string();
     let timeout = annotation(TIMEOUT).map(str::to_string).or(opts.timeout.clone());
     if let Some(t) = &timeout
         && meshwrap::duration::parse(t).is_none()
     {
-        return Outcome::Skipped(format!("{TIMEOUT}: \"{t}\" is not a duration (e.g. 90s, 10m, 1h)"));
+        return skip(
+            "bad-annotation",
+            format!("{TIMEOUT}: \"{t}\" is not a duration (e.g. 90s, 10m, 1h)"),
+        );
     }
     // A sidecar the pod spec already names (rather than one a mesh injects
     // later) picks its preset; a native one (an init container that keeps
@@ -339,7 +371,7 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
     if let Some(s) = &sidecar
         && let Err(e) = meshwrap::sidecar::preset::parse(s)
     {
-        return Outcome::Skipped(format!("{SIDECAR}: {e}"));
+        return skip("bad-annotation", format!("{SIDECAR}: {e}"));
     }
     let guard = policy != "never" && !native_only;
 
@@ -358,15 +390,19 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
     let mounted_at = |dir: &str| mounts.iter().find(|m| text(m.get("mountPath")) == Some(dir));
     for dir in [BIN_DIR, GUARD_DIR] {
         if mounted_at(dir).is_some() {
-            return Outcome::Skipped(format!("container {name} already mounts something at {dir}"));
+            return skip(
+                "conflict",
+                format!("container {name} already mounts something at {dir}"),
+            );
         }
     }
     let taken = |list: &[Value], what: &str| list.iter().filter_map(|c| text(c.get("name"))).any(|n| n == what);
     let siblings = |field: &str| spec.get(field).and_then(Value::as_array).cloned().unwrap_or_default();
     if taken(&siblings("containers"), GUARD_CONTAINER) || taken(&siblings("initContainers"), INSTALL_CONTAINER) {
-        return Outcome::Skipped(format!(
-            "a container named {GUARD_CONTAINER} or {INSTALL_CONTAINER} is already there"
-        ));
+        return skip(
+            "conflict",
+            format!("a container named {GUARD_CONTAINER} or {INSTALL_CONTAINER} is already there"),
+        );
     }
 
     let bin_volume = match opts.delivery {
@@ -399,7 +435,7 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
         match existing_volumes.iter().find(|v| text(v.get("name")) == Some(vname)) {
             // An Argo workflow's volumes are shared by its steps.
             Some(v) if **v == volume => {}
-            Some(_) => return Outcome::Skipped(format!("the pod already has a volume named {vname}")),
+            Some(_) => return skip("conflict", format!("the pod already has a volume named {vname}")),
             None => new_volumes.push(volume),
         }
     }
@@ -484,7 +520,7 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
         _ => {
             let (parent, last) = place.metadata.split_at(place.metadata.len().saturating_sub(1));
             let Some(Seg::Key(field)) = last.first() else {
-                return Outcome::Skipped("no place for the pod's metadata".into());
+                return skip("no-metadata", "no place for the pod's metadata");
             };
             ops.push(Op::Add {
                 path: parent.to_vec(),

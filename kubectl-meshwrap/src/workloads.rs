@@ -126,7 +126,7 @@ fn label(path: &Path) -> String {
 
 /// Kubeflow training operator kinds: the replica specs' field and the
 /// container the operator names.
-fn kubeflow(kind: &str) -> Option<(&'static str, &'static str)> {
+pub fn kubeflow(kind: &str) -> Option<(&'static str, &'static str)> {
     Some(match kind {
         "TFJob" => ("tfReplicaSpecs", "tensorflow"),
         "PyTorchJob" => ("pytorchReplicaSpecs", "pytorch"),
