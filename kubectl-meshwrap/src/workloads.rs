@@ -124,16 +124,18 @@ fn label(path: &Path) -> String {
     out
 }
 
-/// Kubeflow training operator kinds: the replica specs' field and the
-/// container the operator names.
-pub fn kubeflow(kind: &str) -> Option<(&'static str, &'static str)> {
+/// Kubeflow training operator kinds: the replica specs' field, the
+/// container the operator names, and the replicas' restartPolicy when they
+/// name none (the operator's defaulting: OnFailure for PyTorchJob, Never for
+/// the others).
+pub fn kubeflow(kind: &str) -> Option<(&'static str, &'static str, &'static str)> {
     Some(match kind {
-        "TFJob" => ("tfReplicaSpecs", "tensorflow"),
-        "PyTorchJob" => ("pytorchReplicaSpecs", "pytorch"),
-        "XGBoostJob" => ("xgbReplicaSpecs", "xgboost"),
-        "PaddleJob" => ("paddleReplicaSpecs", "paddle"),
-        "JAXJob" => ("jaxReplicaSpecs", "jax"),
-        "MPIJob" => ("mpiReplicaSpecs", "mpi"),
+        "TFJob" => ("tfReplicaSpecs", "tensorflow", "Never"),
+        "PyTorchJob" => ("pytorchReplicaSpecs", "pytorch", "OnFailure"),
+        "XGBoostJob" => ("xgbReplicaSpecs", "xgboost", "Never"),
+        "PaddleJob" => ("paddleReplicaSpecs", "paddle", "Never"),
+        "JAXJob" => ("jaxReplicaSpecs", "jax", "Never"),
+        "MPIJob" => ("mpiReplicaSpecs", "mpi", "Never"),
         _ => return None,
     })
 }
@@ -218,14 +220,14 @@ fn find_at(doc: &Value, at: Path, taught: &[TemplatePath], out: &mut Vec<Workloa
             workload(Ok(vec![template(p(&["spec", "template"]), "spec.template".into(), Restart::PodSpec("Always"), None)]))
         }
         ("kubeflow.org", k) if kubeflow(k).is_some() => {
-            let (field, container) = kubeflow(k).unwrap_or_default();
+            let (field, container, default_restart) = kubeflow(k).unwrap_or_default();
             let replicas = object.pointer(&format!("/spec/{field}")).and_then(Value::as_object);
             let places = replicas
                 .map(|r| {
                     r.iter()
                         .map(|(replica, spec)| {
-                            let restart = spec.get("restartPolicy").and_then(Value::as_str).map(str::to_string);
-                            template(p(&["spec", field, replica, "template"]), replica.clone(), Restart::Replica(restart), Some(container))
+                            let restart = spec.get("restartPolicy").and_then(Value::as_str).unwrap_or(default_restart).to_string();
+                            template(p(&["spec", field, replica, "template"]), replica.clone(), Restart::Replica(Some(restart)), Some(container))
                         })
                         .collect()
                 })
