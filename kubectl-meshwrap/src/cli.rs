@@ -2,6 +2,10 @@
 //! plain requests before anything is read or written. A bad value is one
 //! line naming the flag and what it accepts.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
 use clap::{Args, Parser, Subcommand};
 
 use crate::transform::{Delivery, Options};
@@ -27,6 +31,10 @@ pub enum Command {
     Inject(Inject),
     /// Run as a KRM function: a ResourceList on stdin, the result on stdout
     Fn(Shared),
+    /// Serve the mutating admission webhook that wraps labelled pods (HTTPS)
+    Webhook(Webhook),
+    /// Print the manifests that install the webhook (kubectl apply -f -)
+    Manifests(Manifests),
 }
 
 #[derive(Args, Debug)]
@@ -49,6 +57,24 @@ pub struct Inject {
 
 #[derive(Args, Debug)]
 pub struct Shared {
+    #[command(flatten)]
+    pub pod: PodOptions,
+    /// Teach a kind: KIND=PATH to its pod templates, e.g. MyJob=spec.workers[].template
+    #[arg(
+        long = "template-path",
+        value_name = "KIND=PATH",
+        env = "MESHWRAP_TEMPLATE_PATH",
+        value_delimiter = ','
+    )]
+    pub template_paths: Vec<TemplatePath>,
+    /// Fail (exit 1) when any workload is skipped
+    #[arg(long, env = "MESHWRAP_STRICT")]
+    pub strict: bool,
+}
+
+/// What goes into a wrapped pod; every front end takes these.
+#[derive(Args, Debug, Clone)]
+pub struct PodOptions {
     /// The meshwrap image (required by inject; the meshwrap.io/image annotation overrides it per pod)
     #[arg(long, value_name = "IMAGE", env = "MESHWRAP_IMAGE")]
     pub image: Option<String>,
@@ -66,18 +92,60 @@ pub struct Shared {
     #[arg(long, value_name = "HOW", env = "MESHWRAP_DELIVERY", default_value = "init-container",
           value_parser = ["init-container", "image-volume"])]
     pub delivery: String,
-    /// Teach a kind: KIND=PATH to its pod templates, e.g. MyJob=spec.workers[].template
-    #[arg(
-        long = "template-path",
-        value_name = "KIND=PATH",
-        env = "MESHWRAP_TEMPLATE_PATH",
-        value_delimiter = ','
-    )]
-    pub template_paths: Vec<TemplatePath>,
-    /// Fail (exit 1) when any workload is skipped
-    #[arg(long, env = "MESHWRAP_STRICT")]
-    pub strict: bool,
 }
+
+#[derive(Args, Debug)]
+pub struct Webhook {
+    /// The serving certificate (PEM, chain first); re-read when it changes
+    #[arg(long = "tls-cert", value_name = "FILE", env = "MESHWRAP_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// Its private key (PEM); re-read when it changes
+    #[arg(long = "tls-key", value_name = "FILE", env = "MESHWRAP_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Where to listen
+    #[arg(
+        long,
+        value_name = "ADDR:PORT",
+        env = "MESHWRAP_LISTEN",
+        default_value = "0.0.0.0:9443"
+    )]
+    pub listen: SocketAddr,
+    /// The webhook's own namespace, never wrapped (kube-system never is either)
+    #[arg(long, value_name = "NAME", env = "MESHWRAP_NAMESPACE", default_value = NAMESPACE)]
+    pub namespace: String,
+    /// How long a client may take over its TLS handshake, headers or body
+    #[arg(long = "client-timeout", value_name = "DURATION", env = "MESHWRAP_CLIENT_TIMEOUT",
+          default_value = "10s", value_parser = positive_duration)]
+    pub client_timeout: Duration,
+    /// After SIGTERM, how long to keep serving (not ready) while the Service's endpoints update
+    #[arg(long = "shutdown-delay", value_name = "DURATION", env = "MESHWRAP_SHUTDOWN_DELAY",
+          default_value = "5s", value_parser = any_duration)]
+    pub shutdown_delay: Duration,
+    /// Then how long requests in flight may take to finish
+    #[arg(long = "drain-timeout", value_name = "DURATION", env = "MESHWRAP_DRAIN_TIMEOUT",
+          default_value = "20s", value_parser = any_duration)]
+    pub drain_timeout: Duration,
+    #[command(flatten)]
+    pub pod: PodOptions,
+}
+
+#[derive(Args, Debug)]
+pub struct Manifests {
+    /// The namespace to install the webhook into
+    #[arg(long, value_name = "NAME", env = "MESHWRAP_NAMESPACE", default_value = NAMESPACE)]
+    pub namespace: String,
+    /// The webhook's own image (kubectl-meshwrap)
+    #[arg(long = "webhook-image", value_name = "IMAGE", env = "MESHWRAP_WEBHOOK_IMAGE")]
+    pub webhook_image: Option<String>,
+    /// Generate a CA and a serving certificate and embed the CA bundle, instead of using cert-manager
+    #[arg(long = "self-signed", env = "MESHWRAP_SELF_SIGNED")]
+    pub self_signed: bool,
+    #[command(flatten)]
+    pub pod: PodOptions,
+}
+
+/// Where `manifests` installs the webhook unless told otherwise.
+pub const NAMESPACE: &str = "meshwrap-system";
 
 fn duration(s: &str) -> Result<String, String> {
     meshwrap::duration::parse(s)
@@ -85,11 +153,25 @@ fn duration(s: &str) -> Result<String, String> {
         .ok_or_else(|| "a duration such as 90s, 10m or 1h".to_string())
 }
 
+fn any_duration(s: &str) -> Result<Duration, String> {
+    meshwrap::duration::parse(s).ok_or_else(|| "a duration such as 500ms, 5s or 1m".to_string())
+}
+
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    any_duration(s).and_then(|d| {
+        if d.is_zero() {
+            Err("a duration above zero, such as 5s".into())
+        } else {
+            Ok(d)
+        }
+    })
+}
+
 fn sidecar(s: &str) -> Result<String, String> {
     meshwrap::sidecar::preset::parse(s).map(|_| s.to_string())
 }
 
-impl Shared {
+impl PodOptions {
     pub fn options(&self) -> Options {
         Options {
             image: self.image.clone().unwrap_or_default(),

@@ -12,9 +12,11 @@
 pub mod cli;
 pub mod inject;
 pub mod krm;
+pub mod manifests;
 pub mod patch;
 pub mod stream;
 pub mod transform;
+pub mod webhook;
 pub mod workloads;
 pub mod yaml;
 

@@ -2,7 +2,8 @@ use std::io::IsTerminal;
 
 use clap::Parser;
 use kubectl_meshwrap::cli::{Cli, Command};
-use kubectl_meshwrap::{inject, krm, say};
+use kubectl_meshwrap::webhook::{admission, server};
+use kubectl_meshwrap::{inject, krm, manifests, say};
 
 fn main() {
     // kustomize and kpt run a function with no arguments: that is `fn`, with
@@ -33,25 +34,83 @@ fn main() {
     };
     let code = match cli.command {
         Some(Command::Inject(args)) => {
-            if args.shared.image.as_deref().is_none_or(str::is_empty) {
-                say(
-                    "--image (MESHWRAP_IMAGE) is required: the meshwrap image to run, e.g. registry.example.com/meshwrap:0.1.0",
-                );
-                std::process::exit(2);
-            }
+            require_image(args.shared.pod.image.as_deref());
             inject::run(&inject::Request {
                 files: args.files,
                 in_place: args.in_place,
                 strict: args.shared.strict,
-                options: args.shared.options(),
+                options: args.shared.pod.options(),
                 taught: args.shared.template_paths,
             })
         }
-        Some(Command::Fn(shared)) => krm::run(&shared.options(), &shared.template_paths, shared.strict),
+        Some(Command::Webhook(args)) => {
+            let (Some(tls_cert), Some(tls_key)) = (args.tls_cert, args.tls_key) else {
+                say(
+                    "--tls-cert (MESHWRAP_TLS_CERT) and --tls-key (MESHWRAP_TLS_KEY) are required: PEM files of the serving certificate and its key",
+                );
+                std::process::exit(2);
+            };
+            require_image(args.pod.image.as_deref());
+            server::run(server::Config {
+                listen: args.listen,
+                tls_cert,
+                tls_key,
+                client_timeout: args.client_timeout,
+                shutdown_delay: args.shutdown_delay,
+                drain_timeout: args.drain_timeout,
+                settings: admission::Settings {
+                    options: args.pod.options(),
+                    namespace: args.namespace,
+                },
+            })
+        }
+        Some(Command::Manifests(args)) => {
+            require_image(args.pod.image.as_deref());
+            let Some(webhook_image) = args.webhook_image.filter(|i| !i.is_empty()) else {
+                say(
+                    "--webhook-image (MESHWRAP_WEBHOOK_IMAGE) is required: the kubectl-meshwrap image the webhook runs, e.g. registry.example.com/kubectl-meshwrap:0.1.0",
+                );
+                std::process::exit(2);
+            };
+            let request = manifests::Request {
+                namespace: args.namespace,
+                webhook_image,
+                self_signed: args.self_signed,
+                options: args.pod.options(),
+            };
+            match manifests::render(&request) {
+                Ok(text) => {
+                    use std::io::Write;
+                    match std::io::stdout().lock().write_all(text.as_bytes()) {
+                        Ok(()) => 0,
+                        Err(e) => {
+                            say(&format!("writing the manifests: {e}"));
+                            1
+                        }
+                    }
+                }
+                Err(e) => {
+                    say(&e);
+                    1
+                }
+            }
+        }
+        Some(Command::Fn(shared)) => krm::run(&shared.pod.options(), &shared.template_paths, shared.strict),
         None => {
             say("no command: try `kubectl meshwrap inject --image IMAGE -f FILE`, or --help");
             2
         }
     };
     std::process::exit(code);
+}
+
+/// Every front end but the KRM function (whose config may name it) needs the
+/// meshwrap image before it reads or writes anything.
+fn require_image(image: Option<&str>) {
+    if image.is_none_or(str::is_empty) {
+        say(
+            "--image (MESHWRAP_IMAGE) is required: the meshwrap image to run, e.g. registry.example.com/meshwrap:0.1.0",
+        );
+        std::process::exit(2);
+    }
 }

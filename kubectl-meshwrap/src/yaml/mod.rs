@@ -1,6 +1,8 @@
 //! Lossless YAML (and JSON) editing: parse with positions ([`tree`]), add
 //! text where a plan says ([`edit`]), and never emit a document whose
-//! re-parse differs from the plan applied to its JSON.
+//! re-parse differs from the plan applied to its JSON. [`emit`] writes the
+//! manifests this tool prints itself.
 
 pub mod edit;
+pub mod emit;
 pub mod tree;

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod https;
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 

@@ -1,0 +1,297 @@
+//! One AdmissionReview in, one AdmissionReview out: pure, no I/O, so the
+//! fuzz target, the tests and the server all drive the same code.
+//!
+//! The pod is never decoded into a typed struct and re-encoded: the answer is
+//! [`transform::plan`]'s additions as JSON Patch `add` operations against the
+//! request's own JSON, so a field newer than this code survives untouched.
+//! That is the trap of an injector that diffs a re-marshalled typed pod.
+//!
+//! Which pods reach this code is the MutatingWebhookConfiguration's business
+//! (namespace label, pod label; see `manifests`). This side only refuses what
+//! must never be touched even if the configuration is wrong: another
+//! operation or resource, the webhook's own namespace and `kube-system`, and
+//! a pod that opted out.
+//!
+//! Reinvocation (`reinvocationPolicy: IfNeeded`) guards: a pod this webhook
+//! wrapped carries the status annotation and gets no patch. A pod it skipped
+//! carries a "skipped" status, and is decided again, because Istio's
+//! injector may have added the sidecar since; the patch then replaces the
+//! status, and an unchanged decision gives no patch at all.
+
+use base64::Engine;
+use serde_json::{Map, Value, json};
+
+use crate::patch::{Seg, json_patch, key};
+use crate::transform::{self, INJECT, Options, Outcome, Place, Restart, STATUS};
+use crate::workloads;
+
+/// The API server's limit on a request body; a larger AdmissionReview is
+/// not one the API server sent.
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Kubernetes truncates longer warnings.
+const MAX_WARNING: usize = 256;
+
+/// What every decision needs besides the request.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub options: Options,
+    /// The webhook's own namespace: never selected.
+    pub namespace: String,
+}
+
+/// What was decided, for the log line, the metrics and the tests.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// injected, skipped, unchanged or ignored.
+    pub outcome: &'static str,
+    /// A short code for the metrics (never a name).
+    pub code: &'static str,
+    pub reason: String,
+    pub container: Option<String>,
+    pub uid: String,
+    pub namespace: String,
+    /// The pod's name, or its generateName followed by `*`.
+    pub pod: String,
+    /// Its controller, as `Kind/name`.
+    pub owner: Option<String>,
+    pub patched: bool,
+}
+
+/// The answer: the AdmissionReview to send back and what it decided.
+pub struct Answer {
+    pub review: Value,
+    pub decision: Decision,
+}
+
+fn text<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+/// The decision for one AdmissionReview body, or why it is not one (a 400).
+pub fn review(body: &[u8], settings: &Settings) -> Result<Answer, String> {
+    let doc: Value = serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+    let (api, kind) = (text(&doc, "/apiVersion"), text(&doc, "/kind"));
+    if api != "admission.k8s.io/v1" || kind != "AdmissionReview" {
+        return Err(format!(
+            "expected an admission.k8s.io/v1 AdmissionReview, got {} {}",
+            if api.is_empty() { "(no apiVersion)" } else { api },
+            if kind.is_empty() { "(no kind)" } else { kind },
+        ));
+    }
+    let Some(request) = doc.get("request").filter(|r| r.is_object()) else {
+        return Err("the AdmissionReview has no request".into());
+    };
+    let uid = match request.get("uid") {
+        Some(Value::String(uid)) if !uid.is_empty() => uid.clone(),
+        _ => return Err("the AdmissionReview's request has no uid".into()),
+    };
+    let object = request.get("object").unwrap_or(&Value::Null);
+    let namespace = match text(request, "/namespace") {
+        "" => text(object, "/metadata/namespace"),
+        ns => ns,
+    }
+    .to_string();
+    let pod = match (text(object, "/metadata/name"), text(object, "/metadata/generateName")) {
+        ("", "") => "(unnamed)".to_string(),
+        ("", generate) => format!("{generate}*"),
+        (name, _) => name.to_string(),
+    };
+    let owner = controller(object).map(|(kind, _, name)| format!("{kind}/{name}"));
+    let mut decision = Decision {
+        outcome: "ignored",
+        code: "",
+        reason: String::new(),
+        container: None,
+        uid: uid.clone(),
+        namespace: namespace.clone(),
+        pod,
+        owner,
+        patched: false,
+    };
+    let mut response = Map::new();
+    response.insert("uid".into(), Value::String(uid));
+    response.insert("allowed".into(), Value::Bool(true));
+
+    let operation = text(request, "/operation");
+    let is_pod = text(request, "/kind/group").is_empty()
+        && text(request, "/kind/version") == "v1"
+        && text(request, "/kind/kind") == "Pod"
+        && text(request, "/subResource").is_empty();
+    if !is_pod || operation != "CREATE" {
+        decision.code = "not-pod-create";
+        decision.reason = format!(
+            "only Pod CREATE is wrapped, not {} {}{}",
+            if operation.is_empty() {
+                "(no operation)"
+            } else {
+                operation
+            },
+            match text(request, "/kind/kind") {
+                "" => "(no kind)",
+                k => k,
+            },
+            match text(request, "/subResource") {
+                "" => String::new(),
+                sub => format!(" ({sub})"),
+            }
+        );
+    } else if !object.is_object() {
+        return Err("the Pod CREATE request has no object".into());
+    } else if namespace == settings.namespace || namespace == "kube-system" {
+        decision.code = "namespace";
+        decision.reason = format!("namespace {namespace} is never selected");
+    } else if [
+        object.pointer("/metadata/labels").and_then(|l| l.get(INJECT)),
+        object.pointer("/metadata/annotations").and_then(|a| a.get(INJECT)),
+    ]
+    .contains(&Some(&json!("false")))
+    {
+        decision.outcome = "skipped";
+        decision.code = "opted-out";
+        decision.reason = format!("opted out: {INJECT} is \"false\"");
+    } else {
+        let patch = decide(object, settings, &mut decision);
+        if !decision.reason.is_empty() && decision.outcome == "skipped" {
+            let mut warning = format!("meshwrap: pod not wrapped: {}", decision.reason);
+            if warning.len() > MAX_WARNING {
+                let mut end = MAX_WARNING - 3;
+                while !warning.is_char_boundary(end) {
+                    end -= 1;
+                }
+                warning.truncate(end);
+                warning.push_str("...");
+            }
+            response.insert("warnings".into(), json!([warning]));
+        }
+        if !patch.is_empty() {
+            decision.patched = true;
+            let bytes = serde_json::to_vec(&patch).map_err(|e| format!("the patch: {e}"))?;
+            response.insert("patchType".into(), json!("JSONPatch"));
+            response.insert(
+                "patch".into(),
+                json!(base64::engine::general_purpose::STANDARD.encode(bytes)),
+            );
+        }
+    }
+    Ok(Answer {
+        review: json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}),
+        decision,
+    })
+}
+
+/// The pod's controller: kind, API group and name.
+fn controller(pod: &Value) -> Option<(&str, &str, &str)> {
+    pod.pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("controller") == Some(&Value::Bool(true)))
+        .map(|r| {
+            let group = text(r, "/apiVersion").split_once('/').map_or("", |(g, _)| g);
+            (text(r, "/kind"), group, text(r, "/name"))
+        })
+}
+
+/// Where the pod's parts are, and what its creator implies: the container a
+/// Kubeflow operator names, or an Argo step (Argo stops the sidecars itself).
+fn place(pod: &Value) -> Place {
+    let argo = pod
+        .pointer("/metadata/labels/workflows.argoproj.io~1workflow")
+        .is_some()
+        || pod
+            .pointer("/metadata/annotations/workflows.argoproj.io~1node-name")
+            .is_some();
+    let default_container = match controller(pod) {
+        _ if argo => Some("main"),
+        Some((kind, "kubeflow.org", _)) => workloads::kubeflow(kind).map(|(_, container, _)| container),
+        _ => None,
+    };
+    Place {
+        label: "pod".into(),
+        metadata: vec![key("metadata")],
+        spec: vec![key("spec")],
+        volumes: vec![key("spec")],
+        argo: false,
+        restart: if argo {
+            Restart::Argo
+        } else {
+            // A bare pod's default, and what a controller writes anyway.
+            Restart::PodSpec("Always")
+        },
+        default_container,
+    }
+}
+
+/// The status a skipped pod carries; the same reason gives the same bytes.
+fn skipped_status(reason: &str) -> String {
+    json!({"version": transform::VERSION, "skipped": reason}).to_string()
+}
+
+/// Plans the pod and fills in `decision`; returns the JSON Patch.
+fn decide(pod: &Value, settings: &Settings, decision: &mut Decision) -> Vec<Value> {
+    // A status this webhook wrote when it skipped the pod is decided again,
+    // as if it were not there (see the module's note on reinvocation).
+    let previous = pod
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(STATUS))
+        .and_then(Value::as_str)
+        .and_then(|s| serde_json::from_str::<Value>(s).ok())
+        .and_then(|s| s.get("skipped").and_then(Value::as_str).map(str::to_string));
+    let stripped;
+    let pod = if previous.is_some() {
+        let mut copy = pod.clone();
+        if let Some(Value::Object(annotations)) = copy.pointer_mut("/metadata/annotations") {
+            annotations.remove(STATUS);
+        }
+        stripped = copy;
+        &stripped
+    } else {
+        pod
+    };
+    match transform::plan(pod, &place(pod), &settings.options) {
+        Outcome::Injected {
+            container,
+            policy,
+            guard,
+            ops,
+        } => {
+            decision.outcome = "injected";
+            decision.code = "injected";
+            decision.reason = format!(
+                "container {container}, quit policy {policy}{}",
+                if guard { ", with the guard" } else { "" }
+            );
+            decision.container = Some(container);
+            json_patch(&ops)
+        }
+        Outcome::Unchanged(why) => {
+            decision.outcome = "unchanged";
+            decision.code = "unchanged";
+            decision.reason = why;
+            Vec::new()
+        }
+        Outcome::Skipped(skip) => {
+            decision.outcome = "skipped";
+            decision.code = skip.code;
+            if previous.as_deref() == Some(skip.why.as_str()) {
+                decision.reason = skip.why;
+                return Vec::new();
+            }
+            let status = skipped_status(&skip.why);
+            decision.reason = skip.why;
+            let annotations = pod.pointer("/metadata/annotations");
+            let op = match (pod.get("metadata"), annotations) {
+                (_, Some(Value::Object(_))) => json!({
+                    "op": "add",
+                    "path": crate::patch::pointer(&[key("metadata"), key("annotations"), Seg::Key(STATUS.into())]),
+                    "value": status,
+                }),
+                (Some(Value::Object(_)), _) => {
+                    json!({"op": "add", "path": "/metadata/annotations", "value": {STATUS: status}})
+                }
+                _ => json!({"op": "add", "path": "/metadata", "value": {"annotations": {STATUS: status}}}),
+            };
+            vec![op]
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! Counters and a latency histogram, rendered in the Prometheus text format.
+//!
+//! Labels hold only fixed codes (outcome, a skip's code), never a pod or
+//! namespace name, so the series stay few however many pods pass. Counting
+//! happens after the answer is built, under one short lock; a scrape reads a
+//! consistent copy.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Upper bounds of the latency buckets, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+#[derive(Default)]
+struct Inner {
+    /// (outcome, reason) → count.
+    requests: BTreeMap<(&'static str, &'static str), u64>,
+    buckets: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+impl Metrics {
+    /// One answered /mutate request: its outcome (injected, skipped,
+    /// unchanged, ignored or error), a reason code and how long it took.
+    pub fn record(&self, outcome: &'static str, reason: &'static str, took: Duration) {
+        let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        *m.requests.entry((outcome, reason)).or_default() += 1;
+        let seconds = took.as_secs_f64();
+        for (bound, count) in BUCKETS.iter().zip(m.buckets.iter_mut()) {
+            if seconds <= *bound {
+                *count += 1;
+            }
+        }
+        m.count += 1;
+        m.sum += seconds;
+    }
+
+    pub fn render(&self) -> String {
+        let m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = String::new();
+        out.push_str("# HELP meshwrap_webhook_requests_total AdmissionReviews answered, by outcome and reason.\n");
+        out.push_str("# TYPE meshwrap_webhook_requests_total counter\n");
+        for ((outcome, reason), count) in &m.requests {
+            let _ = writeln!(
+                out,
+                "meshwrap_webhook_requests_total{{outcome=\"{outcome}\",reason=\"{reason}\"}} {count}"
+            );
+        }
+        out.push_str(
+            "# HELP meshwrap_webhook_request_duration_seconds Time from a /mutate request's headers to its answer.\n",
+        );
+        out.push_str("# TYPE meshwrap_webhook_request_duration_seconds histogram\n");
+        for (bound, count) in BUCKETS.iter().zip(m.buckets.iter()) {
+            let _ = writeln!(
+                out,
+                "meshwrap_webhook_request_duration_seconds_bucket{{le=\"{bound}\"}} {count}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "meshwrap_webhook_request_duration_seconds_bucket{{le=\"+Inf\"}} {}",
+            m.count
+        );
+        let _ = writeln!(out, "meshwrap_webhook_request_duration_seconds_sum {}", m.sum);
+        let _ = writeln!(out, "meshwrap_webhook_request_duration_seconds_count {}", m.count);
+        out
+    }
+}

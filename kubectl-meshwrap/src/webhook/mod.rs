@@ -1,0 +1,13 @@
+//! `kubectl-meshwrap webhook`: the mutating admission webhook that wraps
+//! labelled pods with the same plan as `inject`.
+//!
+//! - [`admission`]: one AdmissionReview in, one out; pure.
+//! - [`server`]: HTTPS, routes, limits, timeouts and the drain.
+//! - [`tls`]: the serving certificate, reloaded when its files change.
+//! - [`metrics`] and [`log`]: what an operator reads.
+
+pub mod admission;
+pub mod log;
+pub mod metrics;
+pub mod server;
+pub mod tls;

@@ -1,0 +1,395 @@
+//! The HTTPS server around [`admission::review`]: TLS, routes, limits,
+//! timeouts, logs, metrics and shutdown.
+//!
+//! With `failurePolicy: Fail`, a webhook that does not answer blocks pod
+//! creation, so every wait here is bounded and every error is an HTTP
+//! answer, never a crash:
+//! - a client that is slow to finish the TLS handshake, its headers or its
+//!   body (a slowloris, or a wedged peer) is cut off after
+//!   `--client-timeout`;
+//! - a body above the API server's own 3 MiB limit is refused (413) by its
+//!   Content-Length, or as soon as it grows past it, without being buffered;
+//! - SIGTERM turns `/readyz` to 503 first and keeps serving for
+//!   `--shutdown-delay`, because the Service's endpoints are updated after
+//!   the pod is told to stop, and a connection refused meanwhile would fail
+//!   someone's pod creation; only then does it stop accepting, let the
+//!   requests in flight finish (idle keep-alive connections are closed), and
+//!   exit, bounded by `--drain-timeout`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_rustls::TlsAcceptor;
+
+use super::admission::{self, MAX_BODY, Settings};
+use super::log;
+use super::metrics::Metrics;
+use super::tls::{Certificates, Reload};
+
+/// How often the certificate files are read again.
+const RELOAD_EVERY: Duration = Duration::from_secs(1);
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    pub client_timeout: Duration,
+    pub shutdown_delay: Duration,
+    pub drain_timeout: Duration,
+    pub settings: Settings,
+}
+
+struct State {
+    settings: Settings,
+    metrics: Metrics,
+    draining: AtomicBool,
+    client_timeout: Duration,
+}
+
+/// Runs the webhook until SIGTERM (or SIGINT) and its drain; the exit code.
+pub fn run(config: Config) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            log::error("cannot start", &[("error", json!(e.to_string()))]);
+            return 1;
+        }
+    };
+    let code = runtime.block_on(serve(config));
+    // Handshakes still under way when the drain ended are not waited for.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    code
+}
+
+async fn serve(config: Config) -> i32 {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certificates = match Certificates::load(config.tls_cert.clone(), config.tls_key.clone(), provider.clone()) {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            log::error("cannot serve", &[("error", json!(e))]);
+            return 2;
+        }
+    };
+    let tls = match rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+    {
+        Ok(builder) => {
+            let mut tls = builder.with_no_client_auth().with_cert_resolver(certificates.clone());
+            tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+            tls
+        }
+        Err(e) => {
+            log::error("cannot serve", &[("error", json!(e.to_string()))]);
+            return 1;
+        }
+    };
+    let acceptor = TlsAcceptor::from(Arc::new(tls));
+    let (mut term, mut int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(t), Ok(i)) => (t, i),
+        _ => {
+            log::error("cannot serve", &[("error", json!("cannot handle SIGTERM"))]);
+            return 1;
+        }
+    };
+    let listener = match TcpListener::bind(config.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            log::error(
+                "cannot serve",
+                &[("error", json!(format!("--listen {}: {e}", config.listen)))],
+            );
+            return 2;
+        }
+    };
+    let address = listener.local_addr().map_or(config.listen, |a| a);
+    log::info(
+        "listening",
+        &[
+            ("address", json!(address.to_string())),
+            ("namespace", json!(config.settings.namespace)),
+            ("image", json!(config.settings.options.image)),
+        ],
+    );
+    tokio::spawn(reload(certificates));
+
+    let state = Arc::new(State {
+        settings: config.settings.clone(),
+        metrics: Metrics::default(),
+        draining: AtomicBool::new(false),
+        client_timeout: config.client_timeout,
+    });
+    let graceful = GracefulShutdown::new();
+    let mut stop_at: Option<tokio::time::Instant> = None;
+    loop {
+        let stop = async {
+            match stop_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => {
+                    tokio::spawn(connection(tcp, acceptor.clone(), state.clone(), graceful.watcher()));
+                }
+                // Out of descriptors, most likely: let some connections end.
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            },
+            _ = term.recv(), if stop_at.is_none() => {
+                stop_at = Some(begin_drain(&state, "SIGTERM", config.shutdown_delay));
+            }
+            _ = int.recv(), if stop_at.is_none() => {
+                stop_at = Some(begin_drain(&state, "SIGINT", config.shutdown_delay));
+            }
+            () = stop => break,
+        }
+    }
+    drop(listener);
+    let open = graceful.count();
+    log::info("draining", &[("connections", json!(open))]);
+    match tokio::time::timeout(config.drain_timeout, graceful.shutdown()).await {
+        Ok(()) => log::info("drained", &[]),
+        Err(_) => log::warn(
+            "drain timed out; closing the connections left",
+            &[("drain_timeout", json!(format!("{:?}", config.drain_timeout)))],
+        ),
+    }
+    0
+}
+
+fn begin_drain(state: &State, signal: &str, delay: Duration) -> tokio::time::Instant {
+    state.draining.store(true, Ordering::SeqCst);
+    log::info(
+        "stopping: /readyz answers 503; serving on while the endpoints update",
+        &[
+            ("signal", json!(signal)),
+            ("shutdown_delay", json!(format!("{delay:?}"))),
+        ],
+    );
+    tokio::time::Instant::now() + delay
+}
+
+async fn reload(certificates: Arc<Certificates>) {
+    let mut last_error = String::new();
+    let mut tick = tokio::time::interval(RELOAD_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match certificates.reload() {
+            Reload::Same => {}
+            Reload::Loaded => {
+                last_error.clear();
+                log::info("certificate reloaded", &[]);
+            }
+            Reload::Kept(e) if e != last_error => {
+                log::warn(
+                    "certificate files changed but cannot be used; keeping the previous one",
+                    &[("error", json!(e))],
+                );
+                last_error = e;
+            }
+            Reload::Kept(_) => {}
+        }
+    }
+}
+
+async fn connection(tcp: TcpStream, acceptor: TlsAcceptor, state: Arc<State>, watcher: Watcher) {
+    let _ = tcp.set_nodelay(true);
+    let tls = match tokio::time::timeout(state.client_timeout, acceptor.accept(tcp)).await {
+        Ok(Ok(stream)) => stream,
+        // A failed or too slow handshake: nothing to answer.
+        _ => return,
+    };
+    let timeout = state.client_timeout;
+    let service = service_fn(move |req| handle(req, state.clone()));
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(timeout)
+        .keep_alive(true);
+    let _ = watcher
+        .watch(builder.serve_connection(TokioIo::new(tls), service))
+        .await;
+}
+
+fn answer(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body.into()));
+    *response.status_mut() = status;
+    if let Ok(v) = content_type.parse() {
+        response.headers_mut().insert(CONTENT_TYPE, v);
+    }
+    response
+}
+
+fn plain(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+    answer(status, "text/plain; charset=utf-8", format!("{body}\n"))
+}
+
+async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let started = Instant::now();
+    Ok(match (req.method(), req.uri().path()) {
+        (&Method::GET, "/healthz") => plain(StatusCode::OK, "ok"),
+        (&Method::GET, "/readyz") if state.draining.load(Ordering::SeqCst) => {
+            plain(StatusCode::SERVICE_UNAVAILABLE, "draining")
+        }
+        (&Method::GET, "/readyz") => plain(StatusCode::OK, "ok"),
+        (&Method::GET, "/metrics") => answer(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            state.metrics.render(),
+        ),
+        (&Method::POST, "/mutate") => mutate(req, &state, started).await,
+        (_, "/mutate") => plain(StatusCode::METHOD_NOT_ALLOWED, "POST an AdmissionReview to /mutate"),
+        _ => plain(
+            StatusCode::NOT_FOUND,
+            "not found: the webhook serves /mutate, /healthz, /readyz and /metrics",
+        ),
+    })
+}
+
+/// An error answer: counted, logged, and the connection closed when the body
+/// may not have been read.
+fn refuse(
+    state: &State,
+    started: Instant,
+    status: StatusCode,
+    code: &'static str,
+    why: String,
+    close: bool,
+) -> Response<Full<Bytes>> {
+    state.metrics.record("error", code, started.elapsed());
+    log::warn(
+        "request refused",
+        &[("status", json!(status.as_u16())), ("reason", json!(why))],
+    );
+    let mut response = plain(status, &why);
+    if close {
+        response
+            .headers_mut()
+            .insert(CONNECTION, hyper::header::HeaderValue::from_static("close"));
+    }
+    response
+}
+
+async fn mutate(req: Request<Incoming>, state: &State, started: Instant) -> Response<Full<Bytes>> {
+    let content_type = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
+        let got = if content_type.is_empty() { "none" } else { content_type };
+        return refuse(
+            state,
+            started,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "content-type",
+            format!("Content-Type must be application/json, got {got}"),
+            true,
+        );
+    }
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_large =
+        |size: String| format!("the body is {size}, above the API server's limit of {MAX_BODY} bytes (3 MiB)");
+    if let Some(size) = declared.filter(|s| *s > MAX_BODY as u64) {
+        return refuse(
+            state,
+            started,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too-large",
+            too_large(format!("{size} bytes")),
+            true,
+        );
+    }
+    let body = Limited::new(req.into_body(), MAX_BODY);
+    let bytes = match tokio::time::timeout(state.client_timeout, body.collect()).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            return refuse(
+                state,
+                started,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too-large",
+                too_large("larger".into()),
+                true,
+            );
+        }
+        Ok(Err(e)) => {
+            return refuse(
+                state,
+                started,
+                StatusCode::BAD_REQUEST,
+                "bad-request",
+                format!("reading the body: {e}"),
+                true,
+            );
+        }
+        Err(_) => {
+            return refuse(
+                state,
+                started,
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!("the body did not arrive within {:?}", state.client_timeout),
+                true,
+            );
+        }
+    };
+    match admission::review(&bytes, &state.settings) {
+        Ok(answer_) => {
+            let d = &answer_.decision;
+            let took = started.elapsed();
+            state.metrics.record(d.outcome, d.code, took);
+            let mut fields: Vec<(&str, Value)> = vec![
+                ("uid", json!(d.uid)),
+                ("namespace", json!(d.namespace)),
+                ("pod", json!(d.pod)),
+                ("outcome", json!(d.outcome)),
+                ("reason", json!(d.reason)),
+                ("patched", json!(d.patched)),
+                ("micros", json!(took.as_micros() as u64)),
+            ];
+            if let Some(owner) = &d.owner {
+                fields.push(("owner", json!(owner)));
+            }
+            if let Some(container) = &d.container {
+                fields.push(("container", json!(container)));
+            }
+            log::info("admission", &fields);
+            match serde_json::to_vec(&answer_.review) {
+                Ok(body) => answer(StatusCode::OK, "application/json", body),
+                Err(e) => refuse(
+                    state,
+                    started,
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    e.to_string(),
+                    false,
+                ),
+            }
+        }
+        Err(why) => refuse(state, started, StatusCode::BAD_REQUEST, "bad-request", why, false),
+    }
+}

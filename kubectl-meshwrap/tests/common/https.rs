@@ -1,0 +1,323 @@
+//! The real webhook over real TLS on loopback: a test CA and serving
+//! certificates made with rcgen, the binary started on port 0 (its
+//! "listening" log line is the readiness marker and names the port), and a
+//! small blocking HTTPS/1.1 client that keeps its connection open.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::Value;
+
+pub struct Ca {
+    pub pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl Ca {
+    pub fn new(name: &str) -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+        let cert = params.self_signed(&key).unwrap();
+        Ca {
+            pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// A serving certificate for localhost: (certificate PEM, key PEM).
+    pub fn serving(&self, serial: u64) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("serving {serial}"));
+        params.serial_number = Some(serial.into());
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// Writes `content` to `path` atomically, as the kubelet swaps a Secret.
+pub fn replace(path: &Path, content: &str) {
+    let temporary = path.with_extension("new");
+    std::fs::write(&temporary, content).unwrap();
+    std::fs::rename(&temporary, path).unwrap();
+}
+
+pub struct Webhook {
+    pub child: Child,
+    pub port: u16,
+    pub dir: PathBuf,
+    /// Every stderr line so far (JSON log lines).
+    pub log: Arc<Mutex<Vec<String>>>,
+    lines: mpsc::Receiver<String>,
+}
+
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("meshwrap-webhook-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+impl Webhook {
+    /// Starts `kubectl-meshwrap webhook` with a certificate from `ca` and
+    /// `extra` flags, and waits for its "listening" line.
+    pub fn start(name: &str, ca: &Ca, extra: &[&str]) -> Webhook {
+        let dir = temp_dir(name);
+        let (cert, key) = ca.serving(1);
+        std::fs::write(dir.join("tls.crt"), cert).unwrap();
+        std::fs::write(dir.join("tls.key"), key).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubectl-meshwrap"));
+        cmd.arg("webhook")
+            .arg("--tls-cert")
+            .arg(dir.join("tls.crt"))
+            .arg("--tls-key")
+            .arg(dir.join("tls.key"))
+            .args(["--listen", "127.0.0.1:0", "--image", super::IMAGE])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for var in [
+            "MESHWRAP_IMAGE",
+            "MESHWRAP_SIDECAR",
+            "MESHWRAP_TIMEOUT",
+            "MESHWRAP_QUIT_POLICY",
+            "MESHWRAP_NAMESPACE",
+        ] {
+            cmd.env_remove(var);
+        }
+        if !extra.contains(&"--shutdown-delay") {
+            cmd.args(["--shutdown-delay", "0s"]);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, lines) = mpsc::channel();
+        let keep = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                keep.lock().unwrap().push(line.clone());
+                let _ = tx.send(line);
+            }
+        });
+        let mut webhook = Webhook {
+            child,
+            port: 0,
+            dir,
+            log,
+            lines,
+        };
+        let listening = webhook.wait_for("listening");
+        let address = listening["address"].as_str().unwrap().to_string();
+        webhook.port = address.rsplit_once(':').unwrap().1.parse().unwrap();
+        webhook
+    }
+
+    /// The next log line whose msg is `msg` (earlier lines are passed over),
+    /// within 20 s.
+    pub fn wait_for(&self, msg: &str) -> Value {
+        loop {
+            let line = self.lines.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| {
+                panic!(
+                    "no \"{msg}\" log line within 20 s; log: {:#?}",
+                    self.log.lock().unwrap()
+                )
+            });
+            let value: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("a log line that is not JSON ({e}): {line}"));
+            if value["msg"] == msg {
+                return value;
+            }
+        }
+    }
+
+    pub fn client(&self, ca: &Ca) -> Client {
+        Client::connect(self.port, ca).unwrap()
+    }
+
+    pub fn log_lines(&self) -> Vec<Value> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid, which we have not reaped.
+        unsafe {
+            libc::kill(self.child.id() as i32, signal);
+        }
+    }
+
+    /// Waits for the process to exit, within `within`.
+    pub fn exit_code(&mut self, within: Duration) -> Option<i32> {
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn client_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls::pki_types::pem::PemObject;
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    // Every connection a full handshake, so it sees the current certificate.
+    config.resumption = rustls::client::Resumption::disabled();
+    Arc::new(config)
+}
+
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// One TLS connection; requests go one after the other on it (keep-alive).
+pub struct Client {
+    pub stream: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+}
+
+impl Client {
+    pub fn connect(port: u16, ca: &Ca) -> std::io::Result<Client> {
+        Self::connect_with(port, client_config(&ca.pem))
+    }
+
+    pub fn connect_with(port: u16, config: Arc<rustls::ClientConfig>) -> std::io::Result<Client> {
+        let tcp = TcpStream::connect(("127.0.0.1", port))?;
+        tcp.set_read_timeout(Some(Duration::from_secs(20)))?;
+        tcp.set_nodelay(true)?;
+        let connection = rustls::ClientConnection::new(config, ServerName::try_from("localhost").unwrap())
+            .map_err(std::io::Error::other)?;
+        let mut stream = rustls::StreamOwned::new(connection, tcp);
+        // Finish the handshake now, so a certificate the client refuses fails here.
+        while stream.conn.is_handshaking() {
+            stream.conn.complete_io(&mut stream.sock)?;
+        }
+        Ok(Client { stream })
+    }
+
+    /// The serving certificate this connection got.
+    pub fn peer_serial_subject(&self) -> String {
+        let certs = self.stream.conn.peer_certificates().unwrap();
+        // The CN "serving N" is in the DER as plain bytes.
+        let der = certs[0].as_ref();
+        let at = der.windows(8).position(|w| w == b"serving ").unwrap();
+        String::from_utf8_lossy(&der[at..at + 9]).into_owned()
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes)?;
+        self.stream.flush()
+    }
+
+    pub fn request(&mut self, method: &str, path: &str, content_type: &str, body: &[u8]) -> std::io::Result<Response> {
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        if !content_type.is_empty() {
+            head.push_str(&format!("Content-Type: {content_type}\r\n"));
+        }
+        head.push_str("\r\n");
+        let mut whole = head.into_bytes();
+        whole.extend_from_slice(body);
+        // A server that refuses early may close before the body is sent:
+        // its answer is still there to read.
+        let sent = self.send_raw(&whole);
+        match self.read_response() {
+            Err(e) => sent.and(Err(e)),
+            answer => answer,
+        }
+    }
+
+    pub fn post(&mut self, body: &[u8]) -> std::io::Result<Response> {
+        self.request("POST", "/mutate", "application/json", body)
+    }
+
+    pub fn get(&mut self, path: &str) -> std::io::Result<Response> {
+        self.request("GET", path, "", b"")
+    }
+
+    pub fn read_response(&mut self) -> std::io::Result<Response> {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            let n = self.stream.read(&mut byte)?;
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "closed before an answer",
+                ));
+            }
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        let mut lines = head.split("\r\n");
+        let status = lines
+            .next()
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| std::io::Error::other(format!("a bad status line: {head}")))?;
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let length: usize = headers
+            .iter()
+            .find(|(k, _)| k == "content-length")
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(0);
+        let mut body = vec![0; length];
+        self.stream.read_exact(&mut body)?;
+        Ok(Response { status, headers, body })
+    }
+}

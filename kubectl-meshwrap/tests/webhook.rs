@@ -1,0 +1,736 @@
+//! The webhook, as the API server sees it: the real binary over real TLS on
+//! loopback. A checklist:
+//!
+//! - every AdmissionReview fixture in `admission/` gets the patch that turns
+//!   its pod into `NAME.out.json` (applied with a JSON Patch library), and
+//!   the patched pod sent again gets no patch;
+//! - a field no type knows survives;
+//! - every pod template of inject's goldens comes out of the webhook as it
+//!   comes out of `inject`;
+//! - a client that trusts the CA talks, one that does not is refused;
+//! - a certificate rotated while requests run fails none of them;
+//! - 400, 413, 415, 404 and 405, each with its reason, and the server lives on;
+//! - a slowloris client is cut off, and others are served meanwhile;
+//! - SIGTERM: not ready, requests in flight finish, exit 0;
+//! - metrics and one JSON log line per decision;
+//! - bad flags and bad certificates: one line, exit 2, nothing served.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use common::https::*;
+use serde_json::{Value, json};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/admission")
+}
+
+fn load(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The response's patch applied to `object`: (patched, operations).
+fn apply(response: &Value, object: &Value) -> (Value, Vec<Value>) {
+    let mut pod = object.clone();
+    let Some(patch) = response["response"]["patch"].as_str() else {
+        assert!(response["response"].get("patchType").is_none());
+        return (pod, Vec::new());
+    };
+    assert_eq!(response["response"]["patchType"], "JSONPatch");
+    let bytes = base64::engine::general_purpose::STANDARD.decode(patch).unwrap();
+    let ops: Vec<Value> = serde_json::from_slice(&bytes).unwrap();
+    let parsed: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+    json_patch::patch(&mut pod, &parsed).unwrap_or_else(|e| panic!("the patch does not apply: {e}\n{ops:#?}"));
+    (pod, ops)
+}
+
+fn review_of(pod: &Value, uid: &str) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": pod.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("team-a"),
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:job-controller"},
+            "object": pod,
+            "dryRun": false
+        }
+    })
+}
+
+fn post(client: &mut Client, review: &Value) -> Value {
+    let response = client.post(review.to_string().as_bytes()).unwrap();
+    assert_eq!(response.status, 200, "{}", response.text());
+    let answer = response.json();
+    assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(answer["kind"], "AdmissionReview");
+    assert_eq!(answer["response"]["uid"], review["request"]["uid"]);
+    assert_eq!(answer["response"]["allowed"], true, "the webhook never blocks a pod");
+    answer
+}
+
+#[test]
+fn every_fixture_is_patched_into_its_golden_and_a_second_pass_changes_nothing() {
+    let bless = std::env::var_os("MESHWRAP_BLESS").is_some();
+    let ca = Ca::new("fixtures CA");
+    let webhook = Webhook::start("fixtures", &ca, &[]);
+    let mut client = webhook.client(&ca);
+    let mut names: Vec<String> = std::fs::read_dir(fixtures())
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".review.json").map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    assert!(names.len() >= 11, "{names:?}");
+    let mut failures = Vec::new();
+    for name in &names {
+        let review = load(&fixtures().join(format!("{name}.review.json")));
+        let answer = post(&mut client, &review);
+        let object = if review["request"]["operation"] == "DELETE" {
+            &review["request"]["oldObject"]
+        } else {
+            &review["request"]["object"]
+        };
+        let (pod, ops) = apply(&answer, object);
+        for op in &ops {
+            assert_eq!(op["op"], "add", "{name}: only additions, never a rewrite: {op}");
+        }
+        let golden = json!({
+            "patched": !ops.is_empty(),
+            "warnings": answer["response"].get("warnings").cloned().unwrap_or(json!([])),
+            "pod": pod,
+        });
+        let path = fixtures().join(format!("{name}.out.json"));
+        let text = serde_json::to_string_pretty(&golden).unwrap() + "\n";
+        if bless {
+            std::fs::write(&path, &text).unwrap();
+        } else if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+            failures.push(format!("{name}: differs from {}:\n{text}", path.display()));
+        }
+        // What the webhook wrote, sent again (as reinvocation does): no patch.
+        if review["request"]["operation"] == "CREATE" && !ops.is_empty() {
+            let again = post(&mut client, &review_of(&pod, "again"));
+            assert!(
+                again["response"].get("patch").is_none(),
+                "{name}: a second pass patched again: {again}"
+            );
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_fixtures_decide_what_the_issue_says() {
+    // The goldens, read for what matters, so a blessed mistake still fails.
+    let out = |name: &str| load(&fixtures().join(format!("{name}.out.json")));
+    let status = |v: &Value| -> Value {
+        v.pointer("/pod/metadata/annotations/meshwrap.io~1status")
+            .and_then(Value::as_str)
+            .map(|s| serde_json::from_str(s).unwrap())
+            .unwrap_or(Value::Null)
+    };
+    let command = |v: &Value, container: &str| -> Vec<String> {
+        v["pod"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == container)
+            .unwrap()["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+
+    let tf = out("tfjob-worker");
+    assert_eq!(status(&tf)["container"], "tensorflow");
+    assert_eq!(
+        command(&tf, "tensorflow")[..3],
+        ["/mesh/meshwrap", "--quit-policy", "always"]
+    );
+    let proxy = tf["pod"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "istio-proxy");
+    assert!(proxy.unwrap().get("command").is_none(), "the proxy is never wrapped");
+
+    let pt = out("pytorchjob-worker");
+    assert_eq!(status(&pt)["quitPolicy"], "on-success", "restartPolicy OnFailure");
+    let inits: Vec<&str> = pt["pod"]["spec"]["initContainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(inits, ["meshwrap-install", "init-pytorch"]);
+
+    let argo = out("argo-pod");
+    assert_eq!(status(&argo)["container"], "main");
+    assert_eq!(status(&argo)["quitPolicy"], "never", "Argo stops its sidecars itself");
+    assert_eq!(command(&argo, "wait")[0], "argoexec");
+
+    let native = out("native-sidecar");
+    assert!(command(&native, "etl").join(" ").contains("--native-sidecar true"));
+    assert_eq!(status(&native)["guard"], false);
+
+    for (name, reason) in [
+        ("no-command", "has no command"),
+        ("host-network", "hostNetwork"),
+        ("windows", "Windows"),
+    ] {
+        let v = out(name);
+        assert!(status(&v)["skipped"].as_str().unwrap().contains(reason), "{name}: {v}");
+        assert!(v["warnings"][0].as_str().unwrap().contains(reason), "{name}: {v}");
+    }
+    for name in [
+        "already-wrapped",
+        "opt-out",
+        "delete",
+        "update",
+        "deployment",
+        "kube-system",
+    ] {
+        assert_eq!(out(name)["patched"], false, "{name}");
+    }
+    let again = out("skipped-before");
+    assert_eq!(status(&again)["container"], "etl", "a skipped pod is decided again");
+}
+
+#[test]
+fn a_field_no_type_knows_survives_the_patch() {
+    let ca = Ca::new("unknown-field CA");
+    let webhook = Webhook::start("unknown-field", &ca, &[]);
+    let review = load(&fixtures().join("tfjob-worker.review.json"));
+    let answer = post(&mut webhook.client(&ca), &review);
+    let (pod, ops) = apply(&answer, &review["request"]["object"]);
+    assert!(!ops.is_empty());
+    assert_eq!(pod["spec"]["madeUpFutureSpecField"], json!({"level": 3}));
+    assert_eq!(
+        pod["spec"]["containers"][0]["futureContainerField"],
+        json!({"madeUp": true, "note": "a field newer than every client library"})
+    );
+    // And the patch names only what it adds.
+    for op in &ops {
+        let path = op["path"].as_str().unwrap();
+        assert!(!path.contains("future") && !path.contains("madeUp"), "{path}");
+    }
+}
+
+/// Every pod template of inject's goldens (but Argo's templates, which are
+/// not pods), as a pod the way its controller would create it.
+fn pods_of(doc: &Value, place: &kubectl_meshwrap::transform::Place, kind: &str) -> Value {
+    use kubectl_meshwrap::patch::get;
+    use kubectl_meshwrap::transform::Restart;
+    let mut metadata = get(doc, &place.metadata).cloned().unwrap_or(json!({}));
+    if metadata.is_null() {
+        metadata = json!({});
+    }
+    let mut spec = get(doc, &place.spec).cloned().unwrap();
+    // The API server defaults restartPolicy, so a pod always has one; a
+    // controller's pods have what its template implies.
+    if let Restart::PodSpec(default) = &place.restart
+        && spec.get("restartPolicy").is_none()
+    {
+        spec["restartPolicy"] = json!(default);
+    }
+    if let Restart::Replica(Some(policy)) = &place.restart {
+        // The operator's mapping of a replica's policy onto its pods.
+        let pod_policy = if policy == "ExitCode" { "Never" } else { policy.as_str() };
+        spec["restartPolicy"] = json!(pod_policy);
+        metadata["ownerReferences"] = json!([{
+            "apiVersion": "kubeflow.org/v1", "kind": kind, "name": "job", "uid": "u", "controller": true
+        }]);
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
+}
+
+#[test]
+fn every_pod_template_of_injects_goldens_comes_out_of_the_webhook_as_out_of_inject() {
+    use kubectl_meshwrap::transform::Restart;
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let ca = Ca::new("both-ways CA");
+    let mut compared = 0;
+    let mut inputs: Vec<PathBuf> = std::fs::read_dir(&golden)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_str().unwrap().contains(".in."))
+        .collect();
+    inputs.sort();
+    for input in inputs {
+        let name = input.file_name().unwrap().to_str().unwrap().to_string();
+        let stem = name.split(".in.").next().unwrap();
+        let output = golden.join(name.replace(".in.", ".out."));
+        // A document inject could not edit losslessly (YAML anchors, a
+        // layout it cannot append to) is left as it was: that is the text
+        // editor's limit, not a decision to compare.
+        let report = std::fs::read_to_string(golden.join(format!("{stem}.report"))).unwrap_or_default();
+        let text_limited: Vec<String> = report
+            .lines()
+            .filter(|l| l.contains(": error: ") || l.contains("YAML anchors"))
+            .filter_map(|l| l.split(": ").nth(2))
+            .map(|w| w.split(' ').next().unwrap_or("").to_string())
+            .collect();
+        // The pod options inject was given; --template-path only finds places.
+        let flags: Vec<String> = std::fs::read_to_string(golden.join(format!("{stem}.args")))
+            .map(|s| s.lines().map(str::to_string).collect())
+            .unwrap_or_default();
+        let pod_flags: Vec<&str> = flags
+            .iter()
+            .map(String::as_str)
+            .filter(|f| !f.starts_with("--template-path") && !f.starts_with("--strict"))
+            .collect();
+        let taught: Vec<kubectl_meshwrap::workloads::TemplatePath> = flags
+            .iter()
+            .filter_map(|f| f.strip_prefix("--template-path="))
+            .map(|t| t.parse().unwrap())
+            .collect();
+        let parse = |path: &Path| -> Vec<Value> {
+            let (docs, error) = kubectl_meshwrap::yaml::tree::parse(&std::fs::read_to_string(path).unwrap());
+            if error.is_some() {
+                return Vec::new();
+            }
+            docs.iter().map(|d| d.root.to_json()).collect()
+        };
+        let (before, after) = (parse(&input), parse(&output));
+        if before.len() != after.len() {
+            continue;
+        }
+        let webhook = Webhook::start(&format!("both-{stem}"), &ca, &pod_flags);
+        let mut client = webhook.client(&ca);
+        for (doc, done) in before.iter().zip(&after) {
+            for workload in kubectl_meshwrap::workloads::find(doc, &taught) {
+                if text_limited.contains(&format!("{}/{}", workload.kind, workload.name)) {
+                    continue;
+                }
+                let Ok(places) = workload.places else { continue };
+                for place in places {
+                    if place.argo || place.restart == Restart::Argo {
+                        continue;
+                    }
+                    let pod = pods_of(doc, &place, &workload.kind);
+                    let expected = pods_of(done, &place, &workload.kind);
+                    let answer = post(&mut client, &review_of(&pod, "both"));
+                    let (mut patched, _) = apply(&answer, &pod);
+                    // A skip is written down by the webhook only.
+                    let skipped = patched
+                        .pointer("/metadata/annotations/meshwrap.io~1status")
+                        .and_then(Value::as_str)
+                        .is_some_and(|s| s.contains("\"skipped\""));
+                    if skipped {
+                        let annotations = patched["metadata"]["annotations"].as_object_mut().unwrap();
+                        annotations.remove("meshwrap.io/status");
+                        if annotations.is_empty() && pod["metadata"].get("annotations").is_none() {
+                            patched["metadata"].as_object_mut().unwrap().remove("annotations");
+                        }
+                    }
+                    assert_eq!(
+                        patched, expected,
+                        "{stem}: {} {}: the webhook and inject disagree",
+                        workload.kind, place.label
+                    );
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert!(compared >= 30, "only {compared} templates compared");
+}
+
+#[test]
+fn a_client_that_trusts_the_ca_is_served_and_one_that_does_not_is_refused() {
+    let ca = Ca::new("trusted CA");
+    let webhook = Webhook::start("trust", &ca, &[]);
+    let mut client = webhook.client(&ca);
+    assert_eq!(client.get("/healthz").unwrap().status, 200);
+    assert_eq!(client.get("/readyz").unwrap().status, 200);
+    let stranger = Ca::new("another CA");
+    let refused = Client::connect(webhook.port, &stranger);
+    let error = refused
+        .err()
+        .expect("a client trusting another CA must not connect")
+        .to_string();
+    assert!(
+        error.contains("UnknownIssuer") || error.contains("certificate"),
+        "{error}"
+    );
+}
+
+#[test]
+fn tls_1_2_and_1_3_are_both_spoken() {
+    let ca = Ca::new("versions CA");
+    let webhook = Webhook::start("versions", &ca, &[]);
+    for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
+        let mut roots = rustls::RootCertStore::empty();
+        use rustls::pki_types::pem::PemObject;
+        roots
+            .add(rustls::pki_types::CertificateDer::from_pem_slice(ca.pem.as_bytes()).unwrap())
+            .unwrap();
+        let config =
+            rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+                .with_protocol_versions(&[version])
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+        let mut client = Client::connect_with(webhook.port, std::sync::Arc::new(config)).unwrap();
+        assert_eq!(client.stream.conn.protocol_version(), Some(version.version));
+        assert_eq!(client.get("/healthz").unwrap().status, 200);
+    }
+}
+
+#[test]
+fn a_certificate_rotated_under_load_fails_no_request() {
+    let ca = Ca::new("rotation CA");
+    let webhook = Webhook::start("rotation", &ca, &[]);
+    let review = load(&fixtures().join("job-pod.review.json")).to_string();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Clients that reconnect for every request (each a new handshake) and
+    // one that keeps its connection across the rotation.
+    let mut workers = Vec::new();
+    for fresh in [true, true, true, false] {
+        let (stop, review, port, config) = (stop.clone(), review.clone(), webhook.port, client_config(&ca.pem));
+        workers.push(std::thread::spawn(move || {
+            let (mut ok, mut failed, mut serials) = (0, Vec::new(), std::collections::BTreeSet::new());
+            let mut client = Client::connect_with(port, config.clone()).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                if fresh {
+                    match Client::connect_with(port, config.clone()) {
+                        Ok(c) => client = c,
+                        Err(e) => {
+                            failed.push(format!("connect: {e}"));
+                            continue;
+                        }
+                    }
+                }
+                serials.insert(client.peer_serial_subject());
+                match client.post(review.as_bytes()) {
+                    Ok(r) if r.status == 200 => ok += 1,
+                    Ok(r) => failed.push(format!("status {}", r.status)),
+                    Err(e) => failed.push(format!("request: {e}")),
+                }
+            }
+            (ok, failed, serials)
+        }));
+    }
+    // Let the load run, rotate, and wait for the reload to be logged and seen.
+    std::thread::sleep(Duration::from_millis(300));
+    let (cert, key) = ca.serving(2);
+    replace(&webhook.dir.join("tls.key"), &key);
+    replace(&webhook.dir.join("tls.crt"), &cert);
+    webhook.wait_for("certificate reloaded");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while webhook.client(&ca).peer_serial_subject() != "serving 2" {
+        assert!(
+            Instant::now() < deadline,
+            "new connections never got the new certificate"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut total = 0;
+    let mut seen = std::collections::BTreeSet::new();
+    for worker in workers {
+        let (ok, failed, serials) = worker.join().unwrap();
+        assert!(failed.is_empty(), "failed requests during the rotation: {failed:?}");
+        total += ok;
+        seen.extend(serials);
+    }
+    assert!(total > 50, "only {total} requests ran");
+    assert!(seen.contains("serving 1") && seen.contains("serving 2"), "{seen:?}");
+}
+
+#[test]
+fn a_key_that_does_not_match_keeps_the_previous_certificate() {
+    let ca = Ca::new("mismatch CA");
+    let webhook = Webhook::start("mismatch", &ca, &[]);
+    let (_, other_key) = ca.serving(3);
+    replace(&webhook.dir.join("tls.key"), &other_key);
+    let warning = webhook.wait_for("certificate files changed but cannot be used; keeping the previous one");
+    assert!(
+        warning["error"].as_str().unwrap().contains("do not go together"),
+        "{warning}"
+    );
+    let mut client = webhook.client(&ca);
+    assert_eq!(client.peer_serial_subject(), "serving 1");
+    assert_eq!(client.get("/healthz").unwrap().status, 200);
+}
+
+#[test]
+fn bad_requests_get_400_413_415_404_and_405_with_a_reason_and_the_server_lives_on() {
+    let ca = Ca::new("errors CA");
+    let webhook = Webhook::start("errors", &ca, &[]);
+    // method, path, Content-Type, body, status, what the answer says
+    type Case = (&'static str, &'static str, &'static str, Vec<u8>, u16, &'static str);
+    let cases: Vec<Case> = vec![
+        (
+            "POST",
+            "/mutate",
+            "application/json",
+            b"{not json".to_vec(),
+            400,
+            "not JSON",
+        ),
+        (
+            "POST",
+            "/mutate",
+            "application/json",
+            br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"x"}}"#.to_vec(),
+            400,
+            "admission.k8s.io/v1beta1",
+        ),
+        (
+            "POST",
+            "/mutate",
+            "application/json",
+            br#"{"apiVersion":"v1","kind":"Pod"}"#.to_vec(),
+            400,
+            "expected an admission.k8s.io/v1 AdmissionReview",
+        ),
+        (
+            "POST",
+            "/mutate",
+            "application/json",
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(),
+            400,
+            "no request",
+        ),
+        ("POST", "/mutate", "text/plain", b"{}".to_vec(), 415, "application/json"),
+        ("POST", "/mutate", "", b"{}".to_vec(), 415, "got none"),
+        ("GET", "/mutate", "", Vec::new(), 405, "POST an AdmissionReview"),
+        ("GET", "/nowhere", "", Vec::new(), 404, "/mutate"),
+    ];
+    for (method, path, content_type, body, status, reason) in cases {
+        let mut client = webhook.client(&ca);
+        let response = client.request(method, path, content_type, &body).unwrap();
+        assert_eq!(
+            response.status,
+            status,
+            "{method} {path} {content_type}: {}",
+            response.text()
+        );
+        assert!(response.text().contains(reason), "{status}: {}", response.text());
+    }
+    // A body declared too large is refused from its headers, before it is
+    // sent (as a client that waits for "100 Continue" would see it).
+    let mut client = webhook.client(&ca);
+    client
+        .send_raw(
+            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 3145729\r\n\r\n",
+        )
+        .unwrap();
+    let response = client.read_response().unwrap();
+    assert_eq!(response.status, 413, "{}", response.text());
+    assert!(response.text().contains("3145729 bytes") && response.text().contains("3 MiB"));
+    // A body that grows past the limit without declaring its length: 3 MiB
+    // in chunks, then one byte more.
+    let mut client = webhook.client(&ca);
+    let chunk = vec![b' '; 64 * 1024];
+    let mut request =
+        b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            .to_vec();
+    for _ in 0..48 {
+        request.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        request.extend_from_slice(&chunk);
+        request.extend_from_slice(b"\r\n");
+    }
+    request.extend_from_slice(b"1\r\n ");
+    client.send_raw(&request).unwrap();
+    let response = client.read_response().unwrap();
+    assert_eq!(response.status, 413, "{}", response.text());
+    // Still serving, and a valid review is still answered.
+    let review = load(&fixtures().join("job-pod.review.json"));
+    post(&mut webhook.client(&ca), &review);
+}
+
+#[test]
+fn a_slowloris_client_is_cut_off_and_others_are_served_meanwhile() {
+    let ca = Ca::new("slowloris CA");
+    let webhook = Webhook::start("slowloris", &ca, &["--client-timeout", "1s"]);
+    let started = Instant::now();
+    // Headers that never end.
+    let mut headers = webhook.client(&ca);
+    headers
+        .send_raw(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: app")
+        .unwrap();
+    // A body that never ends.
+    let mut body = webhook.client(&ca);
+    body.send_raw(
+        b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+    )
+    .unwrap();
+    // A TCP connection that never starts TLS.
+    let mut silent = std::net::TcpStream::connect(("127.0.0.1", webhook.port)).unwrap();
+    silent.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // Others are served meanwhile.
+    let review = load(&fixtures().join("job-pod.review.json"));
+    post(&mut webhook.client(&ca), &review);
+
+    let closed_within = |what: &str, result: std::io::Result<Response>| {
+        let took = started.elapsed();
+        match result {
+            Err(_) => {}
+            Ok(r) => assert_eq!(r.status, 408, "{what}: {}", r.text()),
+        }
+        assert!(took < Duration::from_secs(8), "{what}: held for {took:?}");
+    };
+    closed_within("headers", headers.read_response());
+    closed_within("body", body.read_response());
+    let mut buffer = [0u8; 16];
+    use std::io::Read;
+    let n = silent.read(&mut buffer).unwrap_or(0);
+    assert_eq!(n, 0, "the silent connection got bytes");
+    assert!(started.elapsed() < Duration::from_secs(8));
+}
+
+#[test]
+fn sigterm_turns_readiness_off_finishes_requests_in_flight_and_exits_0() {
+    let ca = Ca::new("drain CA");
+    let mut webhook = Webhook::start("drain", &ca, &["--shutdown-delay", "2s"]);
+    let review = load(&fixtures().join("job-pod.review.json")).to_string();
+    // A request in flight: headers and half of the body sent.
+    let mut in_flight = webhook.client(&ca);
+    let (first, second) = review.as_bytes().split_at(review.len() / 2);
+    let mut head = format!(
+        "POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        review.len()
+    )
+    .into_bytes();
+    head.extend_from_slice(first);
+    in_flight.send_raw(&head).unwrap();
+    let mut idle = webhook.client(&ca);
+    assert_eq!(idle.get("/readyz").unwrap().status, 200);
+
+    webhook.signal(libc::SIGTERM);
+    webhook.wait_for("stopping: /readyz answers 503; serving on while the endpoints update");
+    // Not ready, but still serving new connections during the delay.
+    let mut late = webhook.client(&ca);
+    let readyz = late.get("/readyz").unwrap();
+    assert_eq!(readyz.status, 503, "{}", readyz.text());
+    webhook.wait_for("draining");
+    in_flight.send_raw(second).unwrap();
+    let response = in_flight.read_response().unwrap();
+    assert_eq!(response.status, 200, "{}", response.text());
+    assert_eq!(webhook.exit_code(Duration::from_secs(10)), Some(0));
+    assert!(webhook.log_lines().iter().any(|l| l["msg"] == "drained"));
+    // The idle keep-alive connection was closed, not left hanging.
+    assert!(idle.get("/healthz").is_err());
+}
+
+#[test]
+fn metrics_count_outcomes_and_latency_and_every_decision_is_one_json_log_line() {
+    let ca = Ca::new("metrics CA");
+    let webhook = Webhook::start("metrics", &ca, &[]);
+    let mut client = webhook.client(&ca);
+    for name in ["tfjob-worker", "no-command", "update", "already-wrapped"] {
+        post(&mut client, &load(&fixtures().join(format!("{name}.review.json"))));
+    }
+    let _ = client.request("POST", "/mutate", "text/plain", b"{}");
+    let mut client = webhook.client(&ca);
+    let metrics = client.get("/metrics").unwrap();
+    assert_eq!(metrics.status, 200);
+    let text = metrics.text();
+    for line in [
+        "meshwrap_webhook_requests_total{outcome=\"injected\",reason=\"injected\"} 1",
+        "meshwrap_webhook_requests_total{outcome=\"skipped\",reason=\"no-command\"} 1",
+        "meshwrap_webhook_requests_total{outcome=\"ignored\",reason=\"not-pod-create\"} 1",
+        "meshwrap_webhook_requests_total{outcome=\"unchanged\",reason=\"unchanged\"} 1",
+        "meshwrap_webhook_requests_total{outcome=\"error\",reason=\"content-type\"} 1",
+        "meshwrap_webhook_request_duration_seconds_bucket{le=\"+Inf\"} 5",
+        "meshwrap_webhook_request_duration_seconds_count 5",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
+    }
+    let decisions: Vec<Value> = webhook
+        .log_lines()
+        .into_iter()
+        .filter(|l| l["msg"] == "admission")
+        .collect();
+    assert_eq!(decisions.len(), 4, "{decisions:#?}");
+    let tf = &decisions[0];
+    assert_eq!(tf["outcome"], "injected");
+    assert_eq!(tf["pod"], "mnist-worker-0");
+    assert_eq!(tf["namespace"], "team-a");
+    assert_eq!(tf["owner"], "TFJob/mnist");
+    assert_eq!(tf["container"], "tensorflow");
+    assert!(tf["time"].as_str().unwrap().ends_with('Z') && tf["level"] == "info");
+    assert_eq!(decisions[1]["outcome"], "skipped");
+    assert!(decisions[1]["reason"].as_str().unwrap().contains("no command"));
+}
+
+#[test]
+fn bad_flags_and_bad_certificates_are_one_line_and_nothing_is_served() {
+    use common::kubectl_meshwrap;
+    let run = kubectl_meshwrap(&["webhook", "--image", common::IMAGE], "");
+    assert_eq!(run.code, 2);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("--tls-cert") && run.stderr.contains("--tls-key"),
+        "{}",
+        run.stderr
+    );
+
+    let dir = temp_dir("bad-flags");
+    let (cert, _) = Ca::new("x").serving(1);
+    let (_, key) = Ca::new("y").serving(1);
+    std::fs::write(dir.join("tls.crt"), cert).unwrap();
+    std::fs::write(dir.join("tls.key"), key).unwrap();
+    let (c, k) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let (c, k) = (c.to_str().unwrap(), k.to_str().unwrap());
+    for (args, says) in [
+        (vec!["--tls-cert", c, "--tls-key", k], "--image"),
+        (
+            vec![
+                "--tls-cert",
+                c,
+                "--tls-key",
+                k,
+                "--image",
+                common::IMAGE,
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            "do not go together",
+        ),
+        (
+            vec![
+                "--tls-cert",
+                "/nonexistent/tls.crt",
+                "--tls-key",
+                k,
+                "--image",
+                common::IMAGE,
+            ],
+            "/nonexistent/tls.crt",
+        ),
+        (
+            vec!["--tls-cert", c, "--tls-key", k, "--client-timeout", "0s"],
+            "--client-timeout",
+        ),
+        (
+            vec!["--tls-cert", c, "--tls-key", k, "--listen", "localhost"],
+            "--listen",
+        ),
+        (
+            vec!["--tls-cert", c, "--tls-key", k, "--shutdown-delay", "soon"],
+            "--shutdown-delay",
+        ),
+    ] {
+        let mut all = vec!["webhook"];
+        all.extend(args);
+        let run = kubectl_meshwrap(&all, "");
+        assert_eq!(run.code, 2, "{all:?}: {}", run.stderr);
+        assert_eq!(run.stderr.lines().count(), 1, "{all:?}: {}", run.stderr);
+        assert!(run.stderr.contains(says), "{all:?}: {}", run.stderr);
+        assert!(!run.stderr.contains("listening"), "{}", run.stderr);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
