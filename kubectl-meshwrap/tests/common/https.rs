@@ -76,8 +76,13 @@ impl Webhook {
     /// Starts `kubectl-meshwrap webhook` with a certificate from `ca` and
     /// `extra` flags, and waits for its "listening" line.
     pub fn start(name: &str, ca: &Ca, extra: &[&str]) -> Webhook {
-        let dir = temp_dir(name);
         let (cert, key) = ca.serving(1);
+        Self::start_with(name, &cert, &key, extra)
+    }
+
+    /// Starts it with this certificate and key (PEM).
+    pub fn start_with(name: &str, cert: &str, key: &str, extra: &[&str]) -> Webhook {
+        let dir = temp_dir(name);
         std::fs::write(dir.join("tls.crt"), cert).unwrap();
         std::fs::write(dir.join("tls.key"), key).unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubectl-meshwrap"));
@@ -232,10 +237,16 @@ impl Client {
     }
 
     pub fn connect_with(port: u16, config: Arc<rustls::ClientConfig>) -> std::io::Result<Client> {
+        Self::connect_named(port, config, "localhost")
+    }
+
+    /// Connects to the webhook on loopback as if it were `name` (SNI and
+    /// the name the certificate must carry).
+    pub fn connect_named(port: u16, config: Arc<rustls::ClientConfig>, name: &str) -> std::io::Result<Client> {
         let tcp = TcpStream::connect(("127.0.0.1", port))?;
         tcp.set_read_timeout(Some(Duration::from_secs(20)))?;
         tcp.set_nodelay(true)?;
-        let connection = rustls::ClientConnection::new(config, ServerName::try_from("localhost").unwrap())
+        let connection = rustls::ClientConnection::new(config, ServerName::try_from(name.to_string()).unwrap())
             .map_err(std::io::Error::other)?;
         let mut stream = rustls::StreamOwned::new(connection, tcp);
         // Finish the handshake now, so a certificate the client refuses fails here.

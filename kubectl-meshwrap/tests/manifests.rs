@@ -1,0 +1,254 @@
+//! `kubectl-meshwrap manifests`: what it prints is its golden (which the
+//! root crate's schema test validates against Kubernetes' OpenAPI), what the
+//! issue asks of each object holds, and `--self-signed` prints a CA bundle
+//! that a client trusting it can use to reach the webhook serving the
+//! printed certificate.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use common::https::*;
+use common::*;
+use serde_json::{Value, json};
+
+const WEBHOOK_IMAGE: &str = "registry.example.com/kubectl-meshwrap:0.1.0";
+
+fn goldens() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/manifests")
+}
+
+fn documents(text: &str) -> Vec<Value> {
+    let (docs, error) = kubectl_meshwrap::yaml::tree::parse(text);
+    assert!(error.is_none(), "{error:?}\n{text}");
+    docs.iter().map(|d| d.root.to_json()).collect()
+}
+
+fn by_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn b64(s: &Value) -> String {
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(s.as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+/// The random parts of a --self-signed run, replaced so it can be a golden.
+fn redacted(docs: &[Value]) -> String {
+    let mut text = String::new();
+    for doc in docs {
+        let mut doc = doc.clone();
+        if doc["kind"] == "Secret" {
+            for (_, v) in doc["data"].as_object_mut().unwrap().iter_mut() {
+                *v = json!("(random PEM, base64)");
+            }
+        }
+        if doc["kind"] == "MutatingWebhookConfiguration" {
+            for w in doc["webhooks"].as_array_mut().unwrap() {
+                w["clientConfig"]["caBundle"] = json!("(random CA, base64)");
+            }
+        }
+        text.push_str(&kubectl_meshwrap::yaml::emit::documents(&[doc]));
+    }
+    text
+}
+
+fn check_golden(name: &str, actual: &str) {
+    let path = goldens().join(name);
+    if std::env::var_os("MESHWRAP_BLESS").is_some() {
+        std::fs::write(&path, actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        expected == actual,
+        "{} differs:\n{}",
+        path.display(),
+        diff(&expected, actual)
+    );
+}
+
+#[test]
+fn the_cert_manager_install_is_its_golden_and_safe_by_construction() {
+    let run = kubectl_meshwrap(&["manifests", "--image", IMAGE, "--webhook-image", WEBHOOK_IMAGE], "");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stderr, "");
+    check_golden("cert-manager.yaml", &run.stdout);
+    let docs = documents(&run.stdout);
+    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "Namespace",
+            "ServiceAccount",
+            "Issuer",
+            "Certificate",
+            "Issuer",
+            "Certificate",
+            "Service",
+            "Deployment",
+            "PodDisruptionBudget",
+            "MutatingWebhookConfiguration"
+        ]
+    );
+    // No RBAC at all, and no token to use it with.
+    assert!(!kinds.iter().any(|k| k.contains("Role")));
+    assert_eq!(
+        by_kind(&docs, "ServiceAccount")[0]["automountServiceAccountToken"],
+        false
+    );
+
+    let deployment = by_kind(&docs, "Deployment")[0];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"];
+    assert_eq!(pod["metadata"]["labels"]["sidecar.istio.io/inject"], "false");
+    assert_eq!(pod["metadata"]["annotations"]["sidecar.istio.io/inject"], "false");
+    assert!(pod["spec"]["affinity"]["podAntiAffinity"].is_object());
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(container["image"], WEBHOOK_IMAGE);
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(container["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(pod["spec"]["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["spec"]["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let env: Vec<&str> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        env.contains(&"MESHWRAP_IMAGE") && env.contains(&"MESHWRAP_NAMESPACE"),
+        "{env:?}"
+    );
+    // The drain fits in the grace period: 5 s delay + 20 s drain < 30 s.
+    assert_eq!(pod["spec"]["terminationGracePeriodSeconds"], 30);
+    assert_eq!(by_kind(&docs, "PodDisruptionBudget")[0]["spec"]["minAvailable"], 1);
+
+    let configuration = by_kind(&docs, "MutatingWebhookConfiguration")[0];
+    assert_eq!(
+        configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "meshwrap-system/meshwrap-webhook"
+    );
+    let webhooks = configuration["webhooks"].as_array().unwrap();
+    assert_eq!(webhooks.len(), 2);
+    for w in webhooks {
+        assert_eq!(w["failurePolicy"], "Fail");
+        assert_eq!(w["sideEffects"], "None");
+        assert_eq!(w["matchPolicy"], "Equivalent");
+        assert_eq!(w["reinvocationPolicy"], "IfNeeded");
+        assert!(w["timeoutSeconds"].as_u64().unwrap() <= 10);
+        assert_eq!(w["rules"][0]["operations"], json!(["CREATE"]));
+        assert_eq!(w["rules"][0]["resources"], json!(["pods"]));
+        assert_eq!(w["clientConfig"]["service"]["path"], "/mutate");
+        let never = w["namespaceSelector"]["matchExpressions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["key"] == "kubernetes.io/metadata.name")
+            .unwrap();
+        assert_eq!(never["operator"], "NotIn");
+        assert_eq!(never["values"], json!(["meshwrap-system", "kube-system"]));
+    }
+    assert_eq!(
+        webhooks[0]["namespaceSelector"]["matchExpressions"][0],
+        json!({"key": "meshwrap.io/inject", "operator": "In", "values": ["enabled"]})
+    );
+    assert_eq!(
+        webhooks[0]["objectSelector"]["matchExpressions"][0],
+        json!({"key": "meshwrap.io/inject", "operator": "NotIn", "values": ["false"]})
+    );
+    assert_eq!(
+        webhooks[1]["objectSelector"]["matchLabels"],
+        json!({"meshwrap.io/inject": "true"})
+    );
+}
+
+#[test]
+fn self_signed_embeds_a_ca_bundle_that_reaches_the_webhook_serving_its_certificate() {
+    let run = kubectl_meshwrap(
+        &[
+            "manifests",
+            "--self-signed",
+            "--namespace",
+            "mesh-tools",
+            "--image",
+            IMAGE,
+            "--webhook-image",
+            WEBHOOK_IMAGE,
+            "--quit-policy",
+            "on-success",
+        ],
+        "",
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let docs = documents(&run.stdout);
+    check_golden("self-signed.yaml", &redacted(&docs));
+    assert!(by_kind(&docs, "Issuer").is_empty() && by_kind(&docs, "Certificate").is_empty());
+    let secret = by_kind(&docs, "Secret")[0];
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    let (cert, key) = (b64(&secret["data"]["tls.crt"]), b64(&secret["data"]["tls.key"]));
+    let configuration = by_kind(&docs, "MutatingWebhookConfiguration")[0];
+    let bundle = b64(&configuration["webhooks"][0]["clientConfig"]["caBundle"]);
+    assert_eq!(bundle, b64(&configuration["webhooks"][1]["clientConfig"]["caBundle"]));
+    assert!(configuration["metadata"].get("annotations").is_none());
+
+    // The webhook serving the printed certificate, reached under the
+    // Service's name by a client that trusts only the printed bundle.
+    let webhook = Webhook::start_with("self-signed", &cert, &key, &[]);
+    for name in [
+        "meshwrap-webhook.mesh-tools.svc",
+        "meshwrap-webhook.mesh-tools.svc.cluster.local",
+    ] {
+        let mut client = Client::connect_named(webhook.port, client_config(&bundle), name).unwrap();
+        assert_eq!(client.get("/healthz").unwrap().status, 200);
+    }
+    assert!(Client::connect_named(webhook.port, client_config(&bundle), "elsewhere.example.com").is_err());
+    // A second run makes another CA.
+    let again = kubectl_meshwrap(
+        &[
+            "manifests",
+            "--self-signed",
+            "--image",
+            IMAGE,
+            "--webhook-image",
+            WEBHOOK_IMAGE,
+        ],
+        "",
+    );
+    assert!(!again.stdout.contains(secret["data"]["tls.key"].as_str().unwrap()));
+}
+
+#[test]
+fn manifests_without_its_images_is_one_line_and_prints_nothing() {
+    for (args, says) in [
+        (vec!["manifests", "--webhook-image", WEBHOOK_IMAGE], "--image"),
+        (vec!["manifests", "--image", IMAGE], "--webhook-image"),
+        (
+            vec![
+                "manifests",
+                "--image",
+                IMAGE,
+                "--webhook-image",
+                WEBHOOK_IMAGE,
+                "--quit-policy",
+                "sometimes",
+            ],
+            "--quit-policy",
+        ),
+    ] {
+        let run = kubectl_meshwrap(&args, "");
+        assert_eq!(run.code, 2, "{args:?}");
+        assert_eq!(run.stdout, "", "{args:?}");
+        assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+        assert!(run.stderr.contains(says), "{}", run.stderr);
+    }
+}
