@@ -4,6 +4,11 @@
 #   docker build --target prebuilt -t meshwrap .  # uses target/x86_64-unknown-linux-musl/release/meshwrap
 #                                                 # from the build context (.ci/release builds it)
 #
+# The webhook's image, also FROM scratch, with only /kubectl-meshwrap:
+#
+#   docker build --target webhook -t kubectl-meshwrap .
+#   docker build --target webhook-prebuilt -t kubectl-meshwrap .   # target/x86_64-unknown-linux-musl/release/kubectl-meshwrap
+#
 # Use it as an init container (`meshwrap install /mesh` into an emptyDir), or
 # copy /meshwrap into a training image (examples/docker/).
 
@@ -15,7 +20,33 @@ COPY . .
 # rust:alpine's native target is musl, so this binary is static.
 RUN cargo build --release --locked -p meshwrap --bin meshwrap && cp target/release/meshwrap /meshwrap
 
-# What both final stages share: labels and the entrypoint.
+# The webhook (kubectl-meshwrap) is built the same way; ring's C needs gcc
+# and musl-dev, which rust:alpine has.
+FROM rust:${RUST_VERSION}-alpine AS build-webhook
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked -p kubectl-meshwrap --bin kubectl-meshwrap && \
+    cp target/release/kubectl-meshwrap /kubectl-meshwrap
+
+FROM scratch AS webhook-base
+ARG VERSION=0.1.0
+ARG SOURCE=unknown
+LABEL org.opencontainers.image.title="kubectl-meshwrap" \
+      org.opencontainers.image.description="meshwrap's admission webhook and manifest injector" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.licenses="Apache-2.0"
+# The restricted profile's user; the webhook writes no file.
+USER 65532:65532
+ENTRYPOINT ["/kubectl-meshwrap"]
+
+FROM webhook-base AS webhook-prebuilt
+COPY target/x86_64-unknown-linux-musl/release/kubectl-meshwrap /kubectl-meshwrap
+
+FROM webhook-base AS webhook
+COPY --from=build-webhook /kubectl-meshwrap /kubectl-meshwrap
+
+# What both final stages of meshwrap's image share: labels and the entrypoint.
 FROM scratch AS base
 ARG VERSION=0.1.0
 ARG SOURCE=unknown
