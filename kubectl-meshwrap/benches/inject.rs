@@ -11,6 +11,9 @@ use std::time::Instant;
 
 const MARKER: &str = "<!-- kubectl-meshwrap inject benchmark -->";
 
+#[path = "common/section.rs"]
+mod section;
+
 fn job(i: usize) -> String {
     format!(
         r#"# Nightly feature job {i}: fetches the day's partition, writes features.
@@ -221,10 +224,5 @@ fn main() {
     );
     let path = format!("{root}/BENCHMARKS.md");
     let old = std::fs::read_to_string(&path).unwrap_or_default();
-    let kept = old
-        .find(MARKER)
-        .map_or(old.as_str(), |at| &old[..at])
-        .trim_end()
-        .to_string();
-    std::fs::write(&path, format!("{kept}\n\n{section}")).unwrap();
+    std::fs::write(&path, section::replace(&old, MARKER, &section)).unwrap();
 }

@@ -1,5 +1,11 @@
 use std::io::IsTerminal;
 
+// musl's allocator (the static binary's) unmaps and faults pages back in on
+// nearly every request of the webhook's mix of small and medium allocations;
+// mimalloc keeps them. Measured in BENCHMARKS.md (webhook and inject).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::Parser;
 use kubectl_meshwrap::cli::{Cli, Command};
 use kubectl_meshwrap::webhook::{admission, server};
