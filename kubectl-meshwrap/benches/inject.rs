@@ -180,7 +180,9 @@ fn main() {
         times.push(t);
         peaks.push(rss as f64);
     }
-    let _ = std::fs::remove_file(&file);
+    if std::env::var_os("MESHWRAP_BENCH_KEEP").is_none() {
+        let _ = std::fs::remove_file(&file);
+    }
     let mb = text.len() as f64 / 1e6;
     // The floor: saphyr-parser's events alone over the same stream, in process.
     let floor = median(

@@ -292,7 +292,11 @@ fn node_end(text: &str, node: &Node) -> usize {
 /// block scalar, `at` is its first line of content, after its `|` header).
 fn dash_before(text: &str, at: usize) -> usize {
     let mut before = text[..at].trim_end();
-    if let Some(header) = before.rfind(['|', '>'])
+    // A block scalar's header (`- |`) sits on the dash's line: look no
+    // further back than that line (a search of the whole stream before it
+    // made each call cost the stream's length).
+    let line = line_start(before, before.len());
+    if let Some(header) = before[line..].rfind(['|', '>']).map(|h| line + h)
         && before[header + 1..]
             .chars()
             .all(|c| c == '+' || c == '-' || c.is_ascii_digit())

@@ -61,21 +61,33 @@ pub struct ParseError {
 struct Lines<'a> {
     text: &'a str,
     starts: Vec<usize>,
+    /// Per line: whether it is all ASCII, where a column is a byte offset.
+    ascii: Vec<bool>,
 }
 
 impl<'a> Lines<'a> {
     fn new(text: &'a str) -> Self {
         let mut starts = vec![0];
         starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
-        Lines { text, starts }
+        let ascii = (0..starts.len())
+            .map(|i| text[starts[i]..starts.get(i + 1).copied().unwrap_or(text.len())].is_ascii())
+            .collect();
+        Lines { text, starts, ascii }
     }
 
+    /// A marker's byte offset (saphyr counts columns in characters). Each
+    /// call costs O(1) on an ASCII line: a JSON document on one line has
+    /// many tokens, and a scan per token made it quadratic.
     fn byte(&self, m: &Marker) -> usize {
-        let Some(&line_start) = self.starts.get(m.line().saturating_sub(1)) else {
+        let index = m.line().saturating_sub(1);
+        let Some(&line_start) = self.starts.get(index) else {
             return self.text.len();
         };
-        let line = &self.text[line_start..];
-        let line = &line[..line.find('\n').map_or(line.len(), |n| n + 1)];
+        let line_end = self.starts.get(index + 1).copied().unwrap_or(self.text.len());
+        if self.ascii[index] {
+            return (line_start + m.col()).min(line_end);
+        }
+        let line = &self.text[line_start..line_end];
         line_start + line.char_indices().nth(m.col()).map_or(line.len(), |(i, _)| i)
     }
 }
