@@ -348,6 +348,10 @@ fn meshwrap_bin() -> &'static str {
                 "--release",
                 "--target",
                 "x86_64-unknown-linux-musl",
+                // meshwrap alone: built with the workspace's other crate,
+                // it would get that crate's tokio and hyper features.
+                "-p",
+                "meshwrap",
                 "--bin",
                 "meshwrap",
             ])
@@ -1315,6 +1319,8 @@ fn build_with_schedule(spec: &str) -> &'static str {
                 "build",
                 "--quiet",
                 "--release",
+                "-p",
+                "meshwrap",
                 "--bin",
                 "meshwrap",
                 "--target-dir",

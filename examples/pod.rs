@@ -77,11 +77,11 @@ fn train(url: &str) -> i32 {
 fn build_meshwrap() -> std::path::PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
-        .args(["build", "--quiet", "--release", "--bin", "meshwrap"])
+        .args(["build", "--quiet", "--release", "-p", "meshwrap", "--bin", "meshwrap"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .expect("run cargo build");
-    assert!(status.success(), "cargo build --release --bin meshwrap failed");
+    assert!(status.success(), "cargo build --release -p meshwrap --bin meshwrap failed");
     let exe = std::env::current_exe().unwrap();
     // target/release/examples/pod -> target/release/meshwrap
     exe.parent().unwrap().parent().unwrap().join("meshwrap")
