@@ -81,7 +81,10 @@ fn build_meshwrap() -> std::path::PathBuf {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .expect("run cargo build");
-    assert!(status.success(), "cargo build --release -p meshwrap --bin meshwrap failed");
+    assert!(
+        status.success(),
+        "cargo build --release -p meshwrap --bin meshwrap failed"
+    );
     let exe = std::env::current_exe().unwrap();
     // target/release/examples/pod -> target/release/meshwrap
     exe.parent().unwrap().parent().unwrap().join("meshwrap")
