@@ -194,7 +194,7 @@ fn main() {
          | decisions logged | {logged} JSON lines | one per request | {} |\n",
         sizes.iter().min().unwrap(),
         sizes.iter().max().unwrap(),
-        yes(total >= 100_000),
+        if quick { "(--quick)" } else { yes(total >= 100_000) },
         yes(throughput >= RATE * 0.98),
         yes(errors == 0),
         yes(p99 <= 5.0),
