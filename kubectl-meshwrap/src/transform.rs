@@ -207,6 +207,38 @@ fn preset_of(container: &str) -> Option<&'static str> {
     })
 }
 
+/// The op that gives the pod whose metadata is at `metadata` the status
+/// annotation `status`: into its annotations, a new annotations mapping, or
+/// new metadata; None when there is no place for metadata. A webhook's JSON
+/// Patch `add` of it also replaces a status already there.
+pub fn status_op(doc: &Value, metadata: &[Seg], status: String) -> Option<Op> {
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(STATUS.into(), Value::String(status));
+    Some(match get(doc, metadata) {
+        Some(Value::Object(m)) if m.get("annotations").is_some_and(Value::is_object) => Op::Add {
+            path: under(metadata, &[key("annotations")]),
+            key: STATUS.into(),
+            value: annotations.remove(STATUS)?,
+        },
+        Some(Value::Object(_)) => Op::Add {
+            path: metadata.to_vec(),
+            key: "annotations".into(),
+            value: Value::Object(annotations),
+        },
+        _ => {
+            let (parent, last) = metadata.split_at(metadata.len().saturating_sub(1));
+            let Some(Seg::Key(field)) = last.first() else {
+                return None;
+            };
+            Op::Add {
+                path: parent.to_vec(),
+                key: field.clone(),
+                value: json!({"annotations": annotations}),
+            }
+        }
+    })
+}
+
 /// Decides what to add to the pod template at `place` in `doc`.
 pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
     let Some(spec) = get(doc, &place.spec).filter(|s| s.is_object()) else {
@@ -504,30 +536,9 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
         "delivery": opts.delivery.name(),
     })
     .to_string();
-    let mut annotations = serde_json::Map::new();
-    annotations.insert(STATUS.into(), Value::String(status));
-    match meta {
-        Some(Value::Object(m)) if m.get("annotations").is_some_and(Value::is_object) => ops.push(Op::Add {
-            path: under(&place.metadata, &[key("annotations")]),
-            key: STATUS.into(),
-            value: annotations[STATUS].clone(),
-        }),
-        Some(Value::Object(_)) => ops.push(Op::Add {
-            path: place.metadata.clone(),
-            key: "annotations".into(),
-            value: Value::Object(annotations),
-        }),
-        _ => {
-            let (parent, last) = place.metadata.split_at(place.metadata.len().saturating_sub(1));
-            let Some(Seg::Key(field)) = last.first() else {
-                return skip("no-metadata", "no place for the pod's metadata");
-            };
-            ops.push(Op::Add {
-                path: parent.to_vec(),
-                key: field.clone(),
-                value: json!({"annotations": annotations}),
-            });
-        }
+    match status_op(doc, &place.metadata, status) {
+        Some(op) => ops.push(op),
+        None => return skip("no-metadata", "no place for the pod's metadata"),
     }
     Outcome::Injected {
         container: name.clone(),

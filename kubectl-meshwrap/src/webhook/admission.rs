@@ -21,7 +21,7 @@
 use base64::Engine;
 use serde_json::{Map, Value, json};
 
-use crate::patch::{Seg, json_patch, key};
+use crate::patch::{json_patch, key};
 use crate::transform::{self, INJECT, Options, Outcome, Place, Restart, STATUS};
 use crate::workloads;
 
@@ -279,19 +279,9 @@ fn decide(pod: &Value, settings: &Settings, decision: &mut Decision) -> Vec<Valu
             }
             let status = skipped_status(&skip.why);
             decision.reason = skip.why;
-            let annotations = pod.pointer("/metadata/annotations");
-            let op = match (pod.get("metadata"), annotations) {
-                (_, Some(Value::Object(_))) => json!({
-                    "op": "add",
-                    "path": crate::patch::pointer(&[key("metadata"), key("annotations"), Seg::Key(STATUS.into())]),
-                    "value": status,
-                }),
-                (Some(Value::Object(_)), _) => {
-                    json!({"op": "add", "path": "/metadata/annotations", "value": {STATUS: status}})
-                }
-                _ => json!({"op": "add", "path": "/metadata", "value": {"annotations": {STATUS: status}}}),
-            };
-            vec![op]
+            transform::status_op(pod, &[key("metadata")], status)
+                .map(|op| json_patch(&[op]))
+                .unwrap_or_default()
         }
     }
 }
