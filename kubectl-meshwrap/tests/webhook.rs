@@ -393,11 +393,27 @@ fn a_certificate_rotated_under_load_fails_no_request() {
     let webhook = Webhook::start("rotation", &ca, &[]);
     let review = load(&fixtures().join("job-pod.review.json")).to_string();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // Waits until the workers have had `more` answers past what they had.
+    let after = |more: usize| {
+        let target = answered.load(std::sync::atomic::Ordering::SeqCst) + more;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while answered.load(std::sync::atomic::Ordering::SeqCst) < target {
+            assert!(Instant::now() < deadline, "the load stalled");
+            std::thread::yield_now();
+        }
+    };
     // Clients that reconnect for every request (each a new handshake) and
     // one that keeps its connection across the rotation.
     let mut workers = Vec::new();
     for fresh in [true, true, true, false] {
-        let (stop, review, port, config) = (stop.clone(), review.clone(), webhook.port, client_config(&ca.pem));
+        let (stop, answered, review, port, config) = (
+            stop.clone(),
+            answered.clone(),
+            review.clone(),
+            webhook.port,
+            client_config(&ca.pem),
+        );
         workers.push(std::thread::spawn(move || {
             let (mut ok, mut failed, mut serials) = (0, Vec::new(), std::collections::BTreeSet::new());
             let mut client = Client::connect_with(port, config.clone()).unwrap();
@@ -413,7 +429,10 @@ fn a_certificate_rotated_under_load_fails_no_request() {
                 }
                 serials.insert(client.peer_serial_subject());
                 match client.post(review.as_bytes()) {
-                    Ok(r) if r.status == 200 => ok += 1,
+                    Ok(r) if r.status == 200 => {
+                        ok += 1;
+                        answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
                     Ok(r) => failed.push(format!("status {}", r.status)),
                     Err(e) => failed.push(format!("request: {e}")),
                 }
@@ -422,7 +441,7 @@ fn a_certificate_rotated_under_load_fails_no_request() {
         }));
     }
     // Let the load run, rotate, and wait for the reload to be logged and seen.
-    std::thread::sleep(Duration::from_millis(300));
+    after(50);
     let (cert, key) = ca.serving(2);
     replace(&webhook.dir.join("tls.key"), &key);
     replace(&webhook.dir.join("tls.crt"), &cert);
@@ -434,7 +453,8 @@ fn a_certificate_rotated_under_load_fails_no_request() {
             "new connections never got the new certificate"
         );
     }
-    std::thread::sleep(Duration::from_millis(300));
+    // And the load runs on over the new certificate.
+    after(50);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let mut total = 0;
     let mut seen = std::collections::BTreeSet::new();
@@ -444,7 +464,7 @@ fn a_certificate_rotated_under_load_fails_no_request() {
         total += ok;
         seen.extend(serials);
     }
-    assert!(total > 50, "only {total} requests ran");
+    assert!(total >= 100, "only {total} requests ran");
     assert!(seen.contains("serving 1") && seen.contains("serving 2"), "{seen:?}");
 }
 
