@@ -180,9 +180,7 @@ fn main() {
         times.push(t);
         peaks.push(rss as f64);
     }
-    if std::env::var_os("MESHWRAP_BENCH_KEEP").is_none() {
-        let _ = std::fs::remove_file(&file);
-    }
+    let _ = std::fs::remove_file(&file);
     let mb = text.len() as f64 / 1e6;
     // The floor: saphyr-parser's events alone over the same stream, in process.
     let floor = median(
@@ -219,7 +217,7 @@ fn main() {
          (with comments and scripts, all injected) and ConfigMaps (passed through), about 4 KB a \
          document. Every document is parsed, planned, edited and parsed again to check the edit.\n\n{table}\n\
          Every document is parsed twice when it is injected (the second parse is the proof that \
-         the edit changed nothing else), so the parser's own speed bounds the rest. Two changes took \
+         the edit changed nothing else), so the parser's own speed bounds the rest. Three changes took \
          inject from 5 MB/s to this: kubectl-meshwrap is built with opt-level 3 and mimalloc (meshwrap \
          keeps opt-level z), and two searches that scanned back through the whole stream for each \
          token or list item now stop at the line. This VM's speed drifts by a fifth between runs; \

@@ -8,7 +8,8 @@
 //! it skips), 3 to 6 KB each.
 //!
 //! The server is the static musl binary the image ships when it has been
-//! built (`.ci/release`), else the release build, and logs one JSON line
+//! built (`.ci/release`), else the release build (or the binary
+//! `MESHWRAP_WEBHOOK_BIN` names, e.g. one built with symbols to profile), and logs one JSON line
 //! per decision to a file, as in a pod. The load generator shares the VM's
 //! 2 cores with it (an API server would not). RSS is the server's peak
 //! (VmHWM). Writes its section of BENCHMARKS.md unless run with `--quick`
