@@ -25,7 +25,7 @@ pub fn main(args: &[OsString]) -> u8 {
         [dir] if !dir.is_empty() && dir != "-h" && dir != "--help" => PathBuf::from(dir),
         _ => {
             crate::log::stderr_line("meshwrap: install takes one argument, the directory: meshwrap install DIR");
-            return crate::EXIT_MESHWRAP_FAILED;
+            return crate::config::EXIT_MESHWRAP_FAILED;
         }
     };
     match install(&dir) {
@@ -35,7 +35,7 @@ pub fn main(args: &[OsString]) -> u8 {
         }
         Err(why) => {
             crate::log::stderr_line(&format!("meshwrap: cannot install into {}: {why}", dir.display()));
-            crate::EXIT_MESHWRAP_FAILED
+            crate::config::EXIT_MESHWRAP_FAILED
         }
     }
 }

@@ -3,7 +3,7 @@
 //! The lifecycle, in order: block every signal meshwrap forwards and read them
 //! from a signalfd (before anything else, since PID 1 keeps only the signals
 //! it handles or blocks); parse
-//! the flags and variables into a [`cli::Config`]; read the pod's annotations
+//! the flags and variables into a [`config::Config`]; read the pod's annotations
 //! to drop sidecars the pod does not have and the quit of native ones; with
 //! `--guard-dir`, lock the directory shared with `meshwrap guard` and record
 //! each phase of the run there; poll the sidecar's ready
@@ -21,6 +21,7 @@
 
 pub mod alloc;
 pub mod cli;
+pub mod config;
 pub mod duration;
 pub mod guard;
 pub mod install;
@@ -32,12 +33,11 @@ pub mod supervise;
 use std::ffi::OsString;
 use std::time::Instant;
 
-use cli::{Config, Mode, OnTimeout, Parsed, QuitPolicy};
+use cli::{Mode, Parsed};
+pub use config::EXIT_MESHWRAP_FAILED;
+use config::{Config, OnTimeout, QuitPolicy};
 use guard::{Hold, Quit};
 use supervise::{Signals, signals};
-
-/// meshwrap's own failures: bad usage, sidecar not ready, internal errors.
-pub const EXIT_MESHWRAP_FAILED: u8 = 125;
 
 /// Runs meshwrap with these arguments; returns the process exit code.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
@@ -107,13 +107,8 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
         config.native,
         &config.pod_annotations,
     );
-    if config.exec && config.quit_policy != QuitPolicy::Never && !plan.quit.is_empty() {
-        let urls: Vec<&str> = plan.quit.iter().map(|t| t.endpoint.url.as_str()).collect();
-        log::stderr_line(&format!(
-            "meshwrap: --exec: meshwrap would have to stay to quit {}; with --exec use --quit-policy never, \
-             --sidecar none or --native-sidecar true",
-            urls.join(", ")
-        ));
+    if let Err(line) = exec_allowed(config, &plan) {
+        log::stderr_line(&format!("meshwrap: {line}"));
         return EXIT_MESHWRAP_FAILED;
     }
     let mut hold = match &config.guard_dir {
@@ -126,41 +121,10 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
         },
         None => None,
     };
-    let mut seen_ready = false;
-    if config.wait && plan.ready.is_empty() {
-        log!(Info, "no ready URL to wait for; starting the command");
-    } else if config.wait {
-        match wait_for_sidecars(config, &plan.ready, signals).await {
-            Waited::Ready => seen_ready = true,
-            Waited::TimedOut if config.on_timeout == OnTimeout::Run => {
-                log!(
-                    Warn,
-                    "sidecar not ready in time; running the command anyway (--on-timeout run)"
-                );
-            }
-            Waited::TimedOut => {
-                log!(
-                    Error,
-                    "sidecar not ready in time; not running the command (--on-timeout fail)"
-                );
-                quit_sidecars(config, &plan.quit, EXIT_MESHWRAP_FAILED, false, &mut hold).await;
-                return EXIT_MESHWRAP_FAILED;
-            }
-            Waited::Interrupted(sig) => {
-                log!(
-                    Info,
-                    "interrupted while waiting for the sidecar; not running the command",
-                    signal = &signals::name(sig)
-                );
-                let code = supervise::Status::Signaled(sig).exit_code();
-                quit_sidecars(config, &plan.quit, code, false, &mut hold).await;
-                return code;
-            }
-        }
-    } else {
-        log!(Info, "not waiting for the sidecar (--no-wait)");
-    }
-
+    let seen_ready = match wait(config, &plan, signals, &mut hold).await {
+        Ok(seen_ready) => seen_ready,
+        Err(code) => return code,
+    };
     if config.exec {
         return exec(config, signals, &mut hold);
     }
@@ -182,6 +146,66 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
     }
     quit_sidecars(config, &plan.quit, code, seen_ready, &mut hold).await;
     code
+}
+
+/// `--exec` leaves nothing behind to quit the sidecars, so it is refused
+/// where a quit would be sent.
+fn exec_allowed(config: &Config, plan: &sidecar::Plan) -> Result<(), String> {
+    if !config.exec || config.quit_policy == QuitPolicy::Never || plan.quit.is_empty() {
+        return Ok(());
+    }
+    let urls: Vec<&str> = plan.quit.iter().map(|t| t.endpoint.url.as_str()).collect();
+    Err(format!(
+        "--exec: meshwrap would have to stay to quit {}; with --exec use --quit-policy never, \
+         --sidecar none or --native-sidecar true",
+        urls.join(", ")
+    ))
+}
+
+/// The readiness phase: `Ok(seen_ready)` to go on and run the command, or
+/// `Err(exit code)` when it must not run (the sidecars are quit first, as
+/// the policy says, so the pod can still complete).
+async fn wait(
+    config: &Config,
+    plan: &sidecar::Plan,
+    signals: &mut Signals,
+    hold: &mut Option<Hold>,
+) -> Result<bool, u8> {
+    if !config.wait {
+        log!(Info, "not waiting for the sidecar (--no-wait)");
+        return Ok(false);
+    }
+    if plan.ready.is_empty() {
+        log!(Info, "no ready URL to wait for; starting the command");
+        return Ok(false);
+    }
+    let code = match wait_for_sidecars(config, &plan.ready, signals).await {
+        Waited::Ready => return Ok(true),
+        Waited::TimedOut if config.on_timeout == OnTimeout::Run => {
+            log!(
+                Warn,
+                "sidecar not ready in time; running the command anyway (--on-timeout run)"
+            );
+            return Ok(false);
+        }
+        Waited::TimedOut => {
+            log!(
+                Error,
+                "sidecar not ready in time; not running the command (--on-timeout fail)"
+            );
+            EXIT_MESHWRAP_FAILED
+        }
+        Waited::Interrupted(sig) => {
+            log!(
+                Info,
+                "interrupted while waiting for the sidecar; not running the command",
+                signal = &signals::name(sig)
+            );
+            supervise::Status::Signaled(sig).exit_code()
+        }
+    };
+    quit_sidecars(config, &plan.quit, code, false, hold).await;
+    Err(code)
 }
 
 /// `--exec`: becomes the command, unless a termination signal came first.

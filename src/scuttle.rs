@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use crate::cli::QuitPolicy;
+use crate::config::QuitPolicy;
 use crate::duration;
 use crate::log::Level;
 

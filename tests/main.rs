@@ -4,6 +4,7 @@
 mod support;
 
 mod annotations;
+mod architecture;
 mod child_env;
 mod cli;
 mod examples;

@@ -239,253 +239,415 @@ pub fn status_op(doc: &Value, metadata: &[Seg], status: String) -> Option<Op> {
     })
 }
 
-/// Decides what to add to the pod template at `place` in `doc`.
+/// Decides what to add to the pod template at `place` in `doc`: the
+/// decisions in order, each a named step below, then the additions.
 pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
-    let Some(spec) = get(doc, &place.spec).filter(|s| s.is_object()) else {
-        return skip("no-pod-spec", "no pod spec");
-    };
-    let meta = get(doc, &place.metadata);
-    let annotation = |name: &str| text(meta.and_then(|m| m.get("annotations")).and_then(|a| a.get(name)));
-    let label = |name: &str| text(meta.and_then(|m| m.get("labels")).and_then(|a| a.get(name)));
-    if annotation(STATUS).is_some() {
-        return Outcome::Unchanged(format!("already injected ({STATUS})"));
+    match decide(doc, place, opts) {
+        Ok((pod, decision)) => additions(&pod, &decision, opts),
+        Err(outcome) => outcome,
     }
-    if annotation(INJECT) == Some("false") || label(INJECT) == Some("false") {
-        return skip("opted-out", format!("opted out: {INJECT} is \"false\""));
+}
+
+fn decide<'a>(doc: &'a Value, place: &'a Place, opts: &Options) -> Result<(Pod<'a>, Decision<'a>), Outcome> {
+    let pod = Pod::at(doc, place)?;
+    refusal(&pod)?;
+    let candidates = candidates(&pod)?;
+    already_wrapped(&candidates)?;
+    let chosen = pick_container(&pod, &candidates)?;
+    needs_command(&chosen)?;
+    let policy = quit_policy(&pod, opts)?;
+    let (image, timeout) = settings(&pod, opts)?;
+    let mesh = mesh(&pod, &candidates, opts)?;
+    let guard = policy != "never" && !mesh.native_only;
+    conflicts(&pod, &chosen)?;
+    let podinfo = podinfo_volume(&chosen);
+    let volumes = volumes(&pod, opts, &image, guard, &podinfo)?;
+    Ok((
+        pod,
+        Decision {
+            chosen,
+            policy,
+            image,
+            timeout,
+            mesh,
+            guard,
+            podinfo,
+            volumes,
+        },
+    ))
+}
+
+/// One pod template and its parts, as the steps read it.
+struct Pod<'a> {
+    doc: &'a Value,
+    place: &'a Place,
+    spec: &'a Value,
+    meta: Option<&'a Value>,
+}
+
+impl<'a> Pod<'a> {
+    fn at(doc: &'a Value, place: &'a Place) -> Result<Pod<'a>, Outcome> {
+        let spec = get(doc, &place.spec)
+            .filter(|s| s.is_object())
+            .ok_or_else(|| skip("no-pod-spec", "no pod spec"))?;
+        Ok(Pod {
+            doc,
+            place,
+            spec,
+            meta: get(doc, &place.metadata),
+        })
     }
-    let pod_level = get(doc, &place.volumes).unwrap_or(spec);
-    if pod_level.get("hostNetwork") == Some(&Value::Bool(true)) || spec.get("hostNetwork") == Some(&Value::Bool(true)) {
-        return skip(
+    fn annotation(&self, name: &str) -> Option<&'a str> {
+        text(self.meta.and_then(|m| m.get("annotations")).and_then(|a| a.get(name)))
+    }
+    fn label(&self, name: &str) -> Option<&'a str> {
+        text(self.meta.and_then(|m| m.get("labels")).and_then(|a| a.get(name)))
+    }
+    /// What holds the pod-level fields: the pod spec, or Argo's workflow spec.
+    fn pod_level(&self) -> &'a Value {
+        get(self.doc, &self.place.volumes).unwrap_or(self.spec)
+    }
+    /// A list of the pod spec's (`containers`, `initContainers`), or none.
+    fn list(&self, field: &str) -> &'a [Value] {
+        self.spec
+            .get(field)
+            .and_then(Value::as_array)
+            .map_or(&[], Vec::as_slice)
+    }
+}
+
+/// One container that could be wrapped, with its path from the root.
+struct Candidate<'a> {
+    name: String,
+    path: Path,
+    container: &'a Value,
+}
+
+/// The mesh decision: the preset to name, and whether the mesh's proxy is
+/// a native sidecar the kubelet stops by itself.
+#[derive(Debug, PartialEq)]
+struct Mesh {
+    sidecar: Option<String>,
+    native_only: bool,
+}
+
+/// Everything decided about one pod, for [`additions`].
+struct Decision<'a> {
+    chosen: Candidate<'a>,
+    policy: String,
+    image: String,
+    timeout: Option<String>,
+    mesh: Mesh,
+    guard: bool,
+    /// The volume mounted at [`PODINFO_DIR`]: the pod's own, or meshwrap's.
+    podinfo: String,
+    volumes: Vec<Value>,
+}
+
+/// Pods left alone whatever their containers: already injected, opted
+/// out, on the node's network, or Windows.
+fn refusal(pod: &Pod) -> Result<(), Outcome> {
+    if pod.annotation(STATUS).is_some() {
+        return Err(Outcome::Unchanged(format!("already injected ({STATUS})")));
+    }
+    if pod.annotation(INJECT) == Some("false") || pod.label(INJECT) == Some("false") {
+        return Err(skip("opted-out", format!("opted out: {INJECT} is \"false\"")));
+    }
+    let host_network = |s: &Value| s.get("hostNetwork") == Some(&Value::Bool(true));
+    if host_network(pod.pod_level()) || host_network(pod.spec) {
+        return Err(skip(
             "host-network",
             "hostNetwork: a pod on the node's network has no sidecar to wait for",
-        );
+        ));
     }
     let windows = |s: &Value| {
         text(s.pointer("/os/name")) == Some("windows")
             || text(s.pointer("/nodeSelector/kubernetes.io~1os")) == Some("windows")
     };
-    if windows(spec) || windows(pod_level) {
-        return skip("windows", "a Windows pod: meshwrap is a Linux binary");
+    if windows(pod.spec) || windows(pod.pod_level()) {
+        return Err(skip("windows", "a Windows pod: meshwrap is a Linux binary"));
     }
+    Ok(())
+}
 
-    // The containers to choose from, each with its path.
-    let mut candidates: Vec<(String, Path, &Value)> = Vec::new();
-    if place.argo {
-        if spec.get("containerSet").is_some() {
-            return skip(
+/// The containers to choose from: an Argo template's one, or the pod's.
+fn candidates<'a>(pod: &Pod<'a>) -> Result<Vec<Candidate<'a>>, Outcome> {
+    let mut candidates = Vec::new();
+    if pod.place.argo {
+        if pod.spec.get("containerSet").is_some() {
+            return Err(skip(
                 "argo-container-set",
                 "an Argo containerSet template: wrap its main container by hand",
-            );
+            ));
         }
         for field in ["container", "script"] {
-            if let Some(c) = spec.get(field) {
-                candidates.push(("main".into(), under(&place.spec, &[key(field)]), c));
+            if let Some(container) = pod.spec.get(field) {
+                let path = under(&pod.place.spec, &[key(field)]);
+                candidates.push(Candidate {
+                    name: "main".into(),
+                    path,
+                    container,
+                });
             }
         }
-    } else if let Some(Value::Array(list)) = spec.get("containers") {
-        for (i, c) in list.iter().enumerate() {
-            let name = text(c.get("name")).unwrap_or("").to_string();
-            candidates.push((name, under(&place.spec, &[key("containers"), Seg::Index(i)]), c));
-        }
+        return Ok(candidates);
     }
+    for (i, container) in pod.list("containers").iter().enumerate() {
+        candidates.push(Candidate {
+            name: text(container.get("name")).unwrap_or("").to_string(),
+            path: under(&pod.place.spec, &[key("containers"), Seg::Index(i)]),
+            container,
+        });
+    }
+    Ok(candidates)
+}
+
+/// A container whose command already runs meshwrap: nothing to do.
+fn already_wrapped(candidates: &[Candidate]) -> Result<(), Outcome> {
     let runs_meshwrap =
         |c: &Value| text(c.pointer("/command/0")).is_some_and(|p| p == "meshwrap" || p.ends_with("/meshwrap"));
-    if let Some((name, _, _)) = candidates.iter().find(|(_, _, c)| runs_meshwrap(c)) {
-        return Outcome::Unchanged(format!("container {name} already runs meshwrap"));
+    match candidates.iter().find(|c| runs_meshwrap(c.container)) {
+        Some(c) => Err(Outcome::Unchanged(format!(
+            "container {} already runs meshwrap",
+            c.name
+        ))),
+        None => Ok(()),
     }
-    let regular: Vec<&(String, Path, &Value)> = candidates
-        .iter()
-        .filter(|(name, _, _)| !KNOWN_SIDECARS.contains(&name.as_str()) || place.argo)
-        .collect();
-    let chosen = if let Some(wanted) = annotation(CONTAINER) {
-        match candidates.iter().find(|(n, _, _)| n == wanted) {
-            Some(c) if KNOWN_SIDECARS.contains(&wanted) && !place.argo => {
-                return skip("bad-annotation", format!("{CONTAINER} names {}, a sidecar", c.0));
+}
+
+/// Which container to wrap: the annotation's, then the pod's default
+/// container, then the kind's, then the only one that is not a sidecar.
+fn pick_container<'a>(pod: &Pod, candidates: &[Candidate<'a>]) -> Result<Candidate<'a>, Outcome> {
+    let is_sidecar = |name: &str| KNOWN_SIDECARS.contains(&name) && !pod.place.argo;
+    let regular: Vec<&Candidate<'a>> = candidates.iter().filter(|c| !is_sidecar(&c.name)).collect();
+    let named = |wanted: Option<&str>| wanted.and_then(|w| regular.iter().copied().find(|c| c.name == w));
+    let chosen = if let Some(wanted) = pod.annotation(CONTAINER) {
+        match candidates.iter().find(|c| c.name == wanted) {
+            Some(c) if is_sidecar(wanted) => {
+                return Err(skip(
+                    "bad-annotation",
+                    format!("{CONTAINER} names {}, a sidecar", c.name),
+                ));
             }
             Some(c) => c,
             None => {
-                return skip(
+                return Err(skip(
                     "bad-annotation",
                     format!("{CONTAINER} names {wanted}, which is not a container of the pod"),
-                );
+                ));
             }
         }
-    } else if let Some(c) = annotation("kubectl.kubernetes.io/default-container")
-        .and_then(|wanted| regular.iter().copied().find(|(n, _, _)| n == wanted))
-    {
+    } else if let Some(c) = named(pod.annotation("kubectl.kubernetes.io/default-container")) {
         c
-    } else if let Some(c) = place
-        .default_container
-        .and_then(|wanted| regular.iter().copied().find(|(n, _, _)| n == wanted))
-    {
+    } else if let Some(c) = named(pod.place.default_container) {
         c
-    } else if regular.len() == 1 {
-        regular[0]
-    } else if regular.is_empty() {
-        return skip("no-container", "no container to wrap");
     } else {
-        let names: Vec<&str> = regular.iter().map(|(n, _, _)| n.as_str()).collect();
-        return skip(
-            "ambiguous-container",
-            format!(
-                "{} containers ({}) and none is the default: name one with the {CONTAINER} annotation",
-                names.len(),
-                names.join(", ")
-            ),
-        );
-    };
-    let (name, path, container) = chosen;
-    match container.get("command") {
-        Some(Value::Array(items)) if !items.is_empty() && items.iter().all(Value::is_string) => {}
-        _ => {
-            return skip(
-                "no-command",
-                format!(
-                    "container {name} has no command, and the image's ENTRYPOINT cannot be known here: set its command"
-                ),
-            );
+        match regular.as_slice() {
+            [only] => only,
+            [] => return Err(skip("no-container", "no container to wrap")),
+            several => return Err(ambiguous(several)),
         }
-    }
+    };
+    Ok(Candidate {
+        name: chosen.name.clone(),
+        path: chosen.path.clone(),
+        container: chosen.container,
+    })
+}
 
-    // The options: annotations over flags over what the pod implies.
-    let policy = match annotation(QUIT_POLICY).map(str::to_string).or(opts.quit_policy.clone()) {
+fn ambiguous(several: &[&Candidate]) -> Outcome {
+    let names: Vec<&str> = several.iter().map(|c| c.name.as_str()).collect();
+    skip(
+        "ambiguous-container",
+        format!(
+            "{} containers ({}) and none is the default: name one with the {CONTAINER} annotation",
+            names.len(),
+            names.join(", ")
+        ),
+    )
+}
+
+/// meshwrap goes in front of the command, so the command must be written.
+fn needs_command(chosen: &Candidate) -> Result<(), Outcome> {
+    match chosen.container.get("command") {
+        Some(Value::Array(items)) if !items.is_empty() && items.iter().all(Value::is_string) => Ok(()),
+        _ => Err(skip(
+            "no-command",
+            format!(
+                "container {} has no command, and the image's ENTRYPOINT cannot be known here: set its command",
+                chosen.name
+            ),
+        )),
+    }
+}
+
+/// The quit policy: the annotation, then the option, then what the pod's
+/// restart behaviour calls for.
+fn quit_policy(pod: &Pod, opts: &Options) -> Result<String, Outcome> {
+    let policy = match pod
+        .annotation(QUIT_POLICY)
+        .map(str::to_string)
+        .or(opts.quit_policy.clone())
+    {
         Some(p) if ["always", "on-success", "never"].contains(&p.as_str()) => p,
         Some(p) => {
-            return skip(
+            return Err(skip(
                 "bad-annotation",
                 format!("{QUIT_POLICY}: \"{p}\" is not always, on-success or never"),
-            );
+            ));
         }
-        None => policy_for(doc, place),
+        None => policy_for(pod.doc, pod.place),
     };
-    if place.argo && policy != "never" {
-        return skip(
+    if pod.place.argo && policy != "never" {
+        return Err(skip(
             "bad-annotation",
             format!("quit policy {policy} on an Argo step: Argo stops the sidecars itself, so its steps take never"),
-        );
+        ));
     }
-    let image = annotation(IMAGE).unwrap_or(&opts.image).to_string();
-    let timeout = annotation(TIMEOUT).map(str::to_string).or(opts.timeout.clone());
+    Ok(policy)
+}
+
+/// The image and the readiness timeout: annotations over options.
+fn settings(pod: &Pod, opts: &Options) -> Result<(String, Option<String>), Outcome> {
+    let image = pod.annotation(IMAGE).unwrap_or(&opts.image).to_string();
+    let timeout = pod.annotation(TIMEOUT).map(str::to_string).or(opts.timeout.clone());
     if let Some(t) = &timeout
         && meshwrap::duration::parse(t).is_none()
     {
-        return skip(
+        return Err(skip(
             "bad-annotation",
             format!("{TIMEOUT}: \"{t}\" is not a duration (e.g. 90s, 10m, 1h)"),
-        );
+        ));
     }
-    // A sidecar the pod spec already names (rather than one a mesh injects
-    // later) picks its preset; a native one (an init container that keeps
-    // running) is stopped by the kubelet, so meshwrap must not quit it and
-    // no guard is needed.
-    let init = spec
-        .get("initContainers")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let native: Vec<&Value> = init
+    Ok((image, timeout))
+}
+
+/// The mesh: a sidecar the pod spec already names (rather than one a mesh
+/// injects later) picks its preset; a native one (an init container that
+/// keeps running) is stopped by the kubelet, so meshwrap must not quit it
+/// and no guard is needed.
+fn mesh(pod: &Pod, candidates: &[Candidate], opts: &Options) -> Result<Mesh, Outcome> {
+    let native: Vec<&Value> = pod
+        .list("initContainers")
         .iter()
         .filter(|c| text(c.get("restartPolicy")) == Some("Always"))
         .collect();
     let regular_sidecar = candidates
         .iter()
-        .any(|(n, _, _)| n != "wait" && KNOWN_SIDECARS.contains(&n.as_str()));
-    let native_only = !native.is_empty() && !regular_sidecar && !place.argo;
+        .any(|c| c.name != "wait" && KNOWN_SIDECARS.contains(&c.name.as_str()));
+    let native_only = !native.is_empty() && !regular_sidecar && !pod.place.argo;
     let named = candidates
         .iter()
-        .map(|(n, _, _)| n.as_str())
+        .map(|c| c.name.as_str())
         .chain(native.iter().filter_map(|c| text(c.get("name"))))
         .find_map(preset_of);
-    let sidecar = annotation(SIDECAR)
+    let sidecar = pod
+        .annotation(SIDECAR)
         .map(str::to_string)
         .or(opts.sidecar.clone())
         .or(named.map(str::to_string));
     if let Some(s) = &sidecar
         && let Err(e) = meshwrap::sidecar::preset::parse(s)
     {
-        return skip("bad-annotation", format!("{SIDECAR}: {e}"));
+        return Err(skip("bad-annotation", format!("{SIDECAR}: {e}")));
     }
-    let guard = policy != "never" && !native_only;
+    Ok(Mesh { sidecar, native_only })
+}
 
-    // What must not be in the way.
-    let volumes_path = &place.volumes;
-    let existing_volumes: Vec<&Value> = get(doc, volumes_path)
-        .and_then(|v| v.get("volumes"))
-        .and_then(Value::as_array)
-        .map(|v| v.iter().collect())
-        .unwrap_or_default();
-    let mounts: Vec<&Value> = container
-        .get("volumeMounts")
-        .and_then(Value::as_array)
-        .map(|v| v.iter().collect())
-        .unwrap_or_default();
-    let mounted_at = |dir: &str| mounts.iter().find(|m| text(m.get("mountPath")) == Some(dir));
+/// What must not be in the way: mounts at meshwrap's directories and
+/// containers with meshwrap's names.
+fn conflicts(pod: &Pod, chosen: &Candidate) -> Result<(), Outcome> {
     for dir in [BIN_DIR, GUARD_DIR] {
-        if mounted_at(dir).is_some() {
-            return skip(
+        if mounted_at(chosen, dir).is_some() {
+            return Err(skip(
                 "conflict",
-                format!("container {name} already mounts something at {dir}"),
-            );
+                format!("container {} already mounts something at {dir}", chosen.name),
+            ));
         }
     }
     let taken = |list: &[Value], what: &str| list.iter().filter_map(|c| text(c.get("name"))).any(|n| n == what);
-    let siblings = |field: &str| spec.get(field).and_then(Value::as_array).cloned().unwrap_or_default();
-    if taken(&siblings("containers"), GUARD_CONTAINER) || taken(&siblings("initContainers"), INSTALL_CONTAINER) {
-        return skip(
+    if taken(pod.list("containers"), GUARD_CONTAINER) || taken(pod.list("initContainers"), INSTALL_CONTAINER) {
+        return Err(skip(
             "conflict",
             format!("a container named {GUARD_CONTAINER} or {INSTALL_CONTAINER} is already there"),
-        );
+        ));
     }
+    Ok(())
+}
 
-    let bin_volume = match opts.delivery {
+/// The chosen container's mount at `dir`, if any.
+fn mounted_at<'a>(chosen: &Candidate<'a>, dir: &str) -> Option<&'a Value> {
+    let mounts = chosen.container.get("volumeMounts").and_then(Value::as_array)?;
+    mounts.iter().find(|m| text(m.get("mountPath")) == Some(dir))
+}
+
+/// The pod's own annotations volume, when the container mounts one where
+/// meshwrap reads it; otherwise meshwrap's.
+fn podinfo_volume(chosen: &Candidate) -> String {
+    match mounted_at(chosen, PODINFO_DIR).and_then(|m| text(m.get("name"))) {
+        Some(own) => own.to_string(),
+        None => PODINFO_VOLUME.to_string(),
+    }
+}
+
+/// The volumes to add; one of the same name must be the same volume (an
+/// Argo workflow's volumes are shared by its steps), or the pod is skipped.
+fn volumes(pod: &Pod, opts: &Options, image: &str, guard: bool, podinfo: &str) -> Result<Vec<Value>, Outcome> {
+    let mut wanted = vec![match opts.delivery {
         Delivery::InitContainer => json!({"name": BIN_VOLUME, "emptyDir": {"sizeLimit": "16Mi"}}),
         Delivery::ImageVolume => {
             json!({"name": BIN_VOLUME, "image": {"reference": image, "pullPolicy": "IfNotPresent"}})
         }
-    };
-    let guard_volume = json!({"name": GUARD_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}});
-    let podinfo_volume = json!({
-        "name": PODINFO_VOLUME,
-        "downwardAPI": {"items": [{"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]}
-    });
-    // The pod's own annotations volume, when the container mounts one where
-    // meshwrap reads it.
-    let podinfo = match mounted_at(PODINFO_DIR).and_then(|m| text(m.get("name"))) {
-        Some(own) => own.to_string(),
-        None => PODINFO_VOLUME.to_string(),
-    };
-    let mut new_volumes = Vec::new();
-    let mut wanted = vec![bin_volume];
+    }];
     if guard {
-        wanted.push(guard_volume);
+        wanted.push(json!({"name": GUARD_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}));
     }
     if podinfo == PODINFO_VOLUME {
-        wanted.push(podinfo_volume);
+        wanted.push(json!({
+            "name": PODINFO_VOLUME,
+            "downwardAPI": {"items": [{"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]}
+        }));
     }
+    let existing = pod
+        .pod_level()
+        .get("volumes")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    let mut added = Vec::new();
     for volume in wanted {
-        let vname = text(volume.get("name")).unwrap_or_default();
-        match existing_volumes.iter().find(|v| text(v.get("name")) == Some(vname)) {
-            // An Argo workflow's volumes are shared by its steps.
-            Some(v) if **v == volume => {}
-            Some(_) => return skip("conflict", format!("the pod already has a volume named {vname}")),
-            None => new_volumes.push(volume),
+        let name = text(volume.get("name")).unwrap_or_default();
+        match existing.iter().find(|v| text(v.get("name")) == Some(name)) {
+            Some(v) if *v == volume => {}
+            Some(_) => return Err(skip("conflict", format!("the pod already has a volume named {name}"))),
+            None => added.push(volume),
         }
     }
+    Ok(added)
+}
 
-    let mut flags = vec!["--quit-policy".to_string(), policy.clone()];
-    if guard {
+/// meshwrap's flags, shared by the wrapped command and the guard.
+fn flags(d: &Decision) -> Vec<String> {
+    let mut flags = vec!["--quit-policy".to_string(), d.policy.clone()];
+    if d.guard {
         flags.extend(["--guard-dir".into(), GUARD_DIR.into()]);
     }
-    if let Some(s) = &sidecar {
+    if let Some(s) = &d.mesh.sidecar {
         flags.extend(["--sidecar".into(), s.clone()]);
     }
-    if native_only {
+    if d.mesh.native_only {
         flags.extend(["--native-sidecar".into(), "true".into()]);
     }
-    if let Some(t) = &timeout {
+    if let Some(t) = &d.timeout {
         flags.extend(["--timeout".into(), t.clone()]);
     }
+    flags
+}
 
+/// The additions, in order: the command prefix, the mounts, the install
+/// init container, the guard, the volumes, the status annotation.
+fn additions(pod: &Pod, d: &Decision, opts: &Options) -> Outcome {
+    let flags = flags(d);
+    let (doc, place, path) = (pod.doc, pod.place, &d.chosen.path);
     let mut ops = Vec::new();
     let mut prefix = vec![json!(format!("{BIN_DIR}/meshwrap"))];
     prefix.extend(flags.iter().map(|f| json!(f)));
@@ -495,44 +657,40 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
         index: 0,
         values: prefix,
     });
-    let mut new_mounts = vec![json!({"name": BIN_VOLUME, "mountPath": BIN_DIR, "readOnly": true})];
-    if guard {
-        new_mounts.push(json!({"name": GUARD_VOLUME, "mountPath": GUARD_DIR}));
+    let mut mounts = vec![json!({"name": BIN_VOLUME, "mountPath": BIN_DIR, "readOnly": true})];
+    if d.guard {
+        mounts.push(json!({"name": GUARD_VOLUME, "mountPath": GUARD_DIR}));
     }
-    if podinfo == PODINFO_VOLUME {
-        new_mounts.push(json!({"name": PODINFO_VOLUME, "mountPath": PODINFO_DIR, "readOnly": true}));
+    if d.podinfo == PODINFO_VOLUME {
+        mounts.push(json!({"name": PODINFO_VOLUME, "mountPath": PODINFO_DIR, "readOnly": true}));
     }
-    put(doc, path, "volumeMounts", false, new_mounts, &mut ops);
+    put(doc, path, "volumeMounts", false, mounts, &mut ops);
     if opts.delivery == Delivery::InitContainer {
-        let install = hardened(json!({
-            "name": INSTALL_CONTAINER,
-            "image": image,
-            "args": ["install", BIN_DIR],
-            "volumeMounts": [{"name": BIN_VOLUME, "mountPath": BIN_DIR}]
-        }));
-        put(doc, &place.spec, "initContainers", true, vec![install], &mut ops);
+        put(
+            doc,
+            &place.spec,
+            "initContainers",
+            true,
+            vec![install_container(&d.image)],
+            &mut ops,
+        );
     }
-    if guard {
-        let mut args = vec![json!("guard")];
-        args.extend(flags.iter().map(|f| json!(f)));
-        let guard = hardened(json!({
-            "name": GUARD_CONTAINER,
-            "image": image,
-            "args": args,
-            "volumeMounts": [
-                {"name": GUARD_VOLUME, "mountPath": GUARD_DIR},
-                {"name": podinfo, "mountPath": PODINFO_DIR, "readOnly": true}
-            ]
-        }));
-        put(doc, &place.spec, "containers", false, vec![guard], &mut ops);
+    if d.guard {
+        put(
+            doc,
+            &place.spec,
+            "containers",
+            false,
+            vec![guard_container(d, &flags)],
+            &mut ops,
+        );
     }
-    put(doc, volumes_path, "volumes", false, new_volumes, &mut ops);
-
+    put(doc, &place.volumes, "volumes", false, d.volumes.clone(), &mut ops);
     let status = json!({
         "version": VERSION,
-        "container": name,
-        "quitPolicy": policy,
-        "guard": guard,
+        "container": d.chosen.name,
+        "quitPolicy": d.policy,
+        "guard": d.guard,
         "delivery": opts.delivery.name(),
     })
     .to_string();
@@ -541,9 +699,34 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
         None => return skip("no-metadata", "no place for the pod's metadata"),
     }
     Outcome::Injected {
-        container: name.clone(),
-        policy,
-        guard,
+        container: d.chosen.name.clone(),
+        policy: d.policy.clone(),
+        guard: d.guard,
         ops,
     }
+}
+
+/// The init container that copies meshwrap into its volume.
+fn install_container(image: &str) -> Value {
+    hardened(json!({
+        "name": INSTALL_CONTAINER,
+        "image": image,
+        "args": ["install", BIN_DIR],
+        "volumeMounts": [{"name": BIN_VOLUME, "mountPath": BIN_DIR}]
+    }))
+}
+
+/// The guard container: meshwrap's own flags after `guard`.
+fn guard_container(d: &Decision, flags: &[String]) -> Value {
+    let mut args = vec![json!("guard")];
+    args.extend(flags.iter().map(|f| json!(f)));
+    hardened(json!({
+        "name": GUARD_CONTAINER,
+        "image": d.image,
+        "args": args,
+        "volumeMounts": [
+            {"name": GUARD_VOLUME, "mountPath": GUARD_DIR},
+            {"name": d.podinfo, "mountPath": PODINFO_DIR, "readOnly": true}
+        ]
+    }))
 }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::{LOCK, Phase, Quit, Record, read_record, try_lock, write_record};
-use crate::cli::QuitPolicy;
+use crate::config::QuitPolicy;
 use crate::log;
 
 /// How long meshwrap retries a lock someone else holds.

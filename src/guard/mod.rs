@@ -39,7 +39,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use crate::cli::QuitPolicy;
+use crate::config::QuitPolicy;
 
 pub use hold::Hold;
 

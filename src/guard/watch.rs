@@ -35,7 +35,7 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
 use super::{LOCK, Phase, Quit, Record, read_record, try_lock};
-use crate::cli::QuitPolicy;
+use crate::config::QuitPolicy;
 use crate::log;
 use crate::supervise::{self, Signals, signals};
 

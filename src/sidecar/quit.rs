@@ -91,125 +91,31 @@ async fn quit_one(
     request_timeout: Duration,
     seen_ready: bool,
 ) -> Outcome {
-    let endpoint = &target.endpoint;
-    let url = endpoint.url.as_str();
+    let url = target.endpoint.url.as_str();
     let started = Instant::now();
+    let mut attempt = Attempt {
+        number: 0,
+        reached: false,
+        seen_ready,
+        budget,
+    };
     let mut backoff = RETRY_FIRST;
-    let mut attempts = 0u32;
-    // Whether an attempt reached the sidecar (it accepted the connection).
-    let mut reached = false;
-    let mut client = http::Client::new(endpoint);
+    let mut client = http::Client::new(&target.endpoint);
     loop {
-        attempts += 1;
+        attempt.number += 1;
         let remaining = deadline.saturating_duration_since(Instant::now());
         let result = client.request(Method::POST, request_timeout, remaining).await;
-        let ms = started.elapsed().as_millis();
-        match result {
-            Ok(status) if (200..300).contains(&status) => {
-                log!(Info, "sidecar quit", url = url, status = status, ms = ms);
-                return Outcome::Quit(status);
-            }
-            // A sidecar that exits as it takes the quit may never answer it.
-            Err(Failure::Closed) if target.preset.is_some_and(|p| p.exits_before_answering) => {
-                log!(
-                    Info,
-                    "sidecar quit (it closed the connection as it exited)",
-                    url = url,
-                    ms = ms
-                );
-                return Outcome::ClosedAsItExited;
-            }
-            Err(Failure::Refused) if reached => {
-                log!(
-                    Info,
-                    "sidecar quit (it closed the connection without answering, and its port now refuses: it exited)",
-                    url = url,
-                    ms = ms
-                );
-                return Outcome::ClosedAsItExited;
-            }
-            Err(Failure::Refused) if seen_ready => {
-                log!(
-                    Info,
-                    "sidecar already gone (its quit port refuses connections)",
-                    url = url,
-                    ms = ms
-                );
-                return Outcome::AlreadyGone;
-            }
-            Err(Failure::Unanswered) if attempts == 1 => {
-                log!(
-                    Warn,
-                    format!(
-                        "quit sent, no answer within {} (--quit-timeout); not sending it again",
-                        crate::duration::format(budget)
-                    ),
-                    url = url,
-                    ms = ms
-                );
-                return Outcome::Unanswered;
-            }
-            // A retry that the budget cut off while it waited: the earlier
-            // tries were not taken, so the quit most likely failed.
-            Err(Failure::Unanswered) => {
-                log!(
-                    Error,
-                    "could not quit the sidecar: it took no quit before --quit-timeout ran out (the last try got no answer in time)",
-                    url = url,
-                    attempts = attempts,
-                    ms = ms
-                );
-                return Outcome::GaveUp;
-            }
-            Ok(status) if (400..500).contains(&status) => {
-                let hint = target.preset.and_then(|p| p.not_found_hint).filter(|_| status == 404);
-                let cause = hint.map_or_else(|| rejection_cause(status), |hint| format!("404 Not Found: {hint}"));
-                log!(
-                    Error,
-                    format!("could not quit the sidecar: {cause}"),
-                    url = url,
-                    status = status,
-                    ms = ms
-                );
-                return Outcome::Rejected;
-            }
-            Ok(status) if status < 500 => {
-                log!(
-                    Error,
-                    format!("could not quit the sidecar: it answered HTTP {status}; not retrying"),
-                    url = url,
-                    status = status,
-                    ms = ms
-                );
-                return Outcome::Rejected;
-            }
-            Err(Failure::Garbage(ref what)) => {
-                log!(
-                    Error,
-                    "could not quit the sidecar: it answered something that is not HTTP; not retrying",
-                    url = url,
-                    error = what,
-                    ms = ms
-                );
-                return Outcome::Rejected;
-            }
-            // Not taken: 5xx, refused, reset or closed before an answer, no connection.
-            Ok(status) => log!(Debug, "quit not accepted yet, retrying", url = url, status = status),
-            Err(ref failure) => log!(
-                Debug,
-                "quit not taken, retrying",
-                url = url,
-                error = &failure.to_string()
-            ),
+        if let Some(outcome) = settled(target, &result, &attempt, started.elapsed().as_millis()) {
+            return outcome;
         }
-        reached |= !matches!(result, Err(Failure::Refused | Failure::TimedOut | Failure::Io(_)));
+        attempt.reached |= !matches!(result, Err(Failure::Refused | Failure::TimedOut | Failure::Io(_)));
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             log!(
                 Error,
                 "could not quit the sidecar: it took no quit before --quit-timeout ran out",
                 url = url,
-                attempts = attempts,
+                attempts = attempt.number,
                 ms = started.elapsed().as_millis()
             );
             return Outcome::GaveUp;
@@ -217,6 +123,129 @@ async fn quit_one(
         tokio::time::sleep(backoff.min(remaining)).await;
         backoff = (backoff * 2).min(RETRY_MAX);
     }
+}
+
+/// What one URL's quit loop knows when an answer (or its absence) comes.
+struct Attempt {
+    /// 1 for the first POST.
+    number: u32,
+    /// An earlier attempt reached the sidecar (it accepted the connection).
+    reached: bool,
+    /// The sidecar answered 2xx to a ready URL during the wait.
+    seen_ready: bool,
+    budget: Duration,
+}
+
+/// Whether this answer settles the quit (logged, with its outcome), or
+/// `None`: the sidecar cannot have taken it, so it may be sent again.
+fn settled(target: &Target, result: &Result<u16, Failure>, attempt: &Attempt, ms: u128) -> Option<Outcome> {
+    let url = target.endpoint.url.as_str();
+    let outcome = match result {
+        Ok(status) if (200..300).contains(status) => {
+            log!(Info, "sidecar quit", url = url, status = *status, ms = ms);
+            Outcome::Quit(*status)
+        }
+        // A sidecar that exits as it takes the quit may never answer it.
+        Err(Failure::Closed) if target.preset.is_some_and(|p| p.exits_before_answering) => {
+            log!(
+                Info,
+                "sidecar quit (it closed the connection as it exited)",
+                url = url,
+                ms = ms
+            );
+            Outcome::ClosedAsItExited
+        }
+        Err(Failure::Refused) if attempt.reached => {
+            log!(
+                Info,
+                "sidecar quit (it closed the connection without answering, and its port now refuses: it exited)",
+                url = url,
+                ms = ms
+            );
+            Outcome::ClosedAsItExited
+        }
+        Err(Failure::Refused) if attempt.seen_ready => {
+            log!(
+                Info,
+                "sidecar already gone (its quit port refuses connections)",
+                url = url,
+                ms = ms
+            );
+            Outcome::AlreadyGone
+        }
+        Err(Failure::Unanswered) => return Some(unanswered(url, attempt, ms)),
+        Ok(status) if *status < 500 => return Some(rejected(target, *status, ms)),
+        Err(Failure::Garbage(what)) => {
+            log!(
+                Error,
+                "could not quit the sidecar: it answered something that is not HTTP; not retrying",
+                url = url,
+                error = what,
+                ms = ms
+            );
+            Outcome::Rejected
+        }
+        // Not taken: 5xx, refused, reset or closed before an answer, no connection.
+        Ok(status) => {
+            log!(Debug, "quit not accepted yet, retrying", url = url, status = *status);
+            return None;
+        }
+        Err(failure) => {
+            log!(
+                Debug,
+                "quit not taken, retrying",
+                url = url,
+                error = &failure.to_string()
+            );
+            return None;
+        }
+    };
+    Some(outcome)
+}
+
+/// A quit that went out and got no answer in the budget: never resent.
+fn unanswered(url: &str, attempt: &Attempt, ms: u128) -> Outcome {
+    if attempt.number == 1 {
+        log!(
+            Warn,
+            format!(
+                "quit sent, no answer within {} (--quit-timeout); not sending it again",
+                crate::duration::format(attempt.budget)
+            ),
+            url = url,
+            ms = ms
+        );
+        return Outcome::Unanswered;
+    }
+    // A retry that the budget cut off while it waited: the earlier tries
+    // were not taken, so the quit most likely failed.
+    log!(
+        Error,
+        "could not quit the sidecar: it took no quit before --quit-timeout ran out (the last try got no answer in time)",
+        url = url,
+        attempts = attempt.number,
+        ms = ms
+    );
+    Outcome::GaveUp
+}
+
+/// A 3xx or 4xx answer: a retry cannot change it; the error says why.
+fn rejected(target: &Target, status: u16, ms: u128) -> Outcome {
+    let url = target.endpoint.url.as_str();
+    let cause = if (400..500).contains(&status) {
+        let hint = target.preset.and_then(|p| p.not_found_hint).filter(|_| status == 404);
+        hint.map_or_else(|| rejection_cause(status), |hint| format!("404 Not Found: {hint}"))
+    } else {
+        format!("it answered HTTP {status}; not retrying")
+    };
+    log!(
+        Error,
+        format!("could not quit the sidecar: {cause}"),
+        url = url,
+        status = status,
+        ms = ms
+    );
+    Outcome::Rejected
 }
 
 /// Polls until the sidecar's port refuses connections (it has exited), or

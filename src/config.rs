@@ -1,0 +1,74 @@
+//! The resolved configuration: what one run of meshwrap (or of `meshwrap
+//! guard`) does, as plain checked values, with no trace of where each came
+//! from.
+//!
+//! This is the contract between the front door and the engine. `cli` turns
+//! flags, variables, presets and scuttle's variables into a [`Config`]; `run`,
+//! `guard`, `sidecar` and `supervise` read it and never the command line, so a
+//! value can never be half-parsed when the engine sees it, and the engine can
+//! be driven by tests without clap. Nothing here does I/O.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::log::{Format, Level};
+use crate::sidecar::Native;
+use crate::sidecar::quit::Target;
+use crate::supervise::ForwardTo;
+
+/// meshwrap's own failures: bad usage, sidecar not ready, internal errors.
+/// The command's own statuses (N, 128+S, 126, 127) come from `supervise`.
+pub const EXIT_MESHWRAP_FAILED: u8 = 125;
+
+/// What to do when the readiness wait runs out of `--timeout`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnTimeout {
+    Fail,
+    Run,
+}
+
+/// When to quit the sidecar after the command ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuitPolicy {
+    Always,
+    OnSuccess,
+    Never,
+}
+
+impl QuitPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            QuitPolicy::Always => "always",
+            QuitPolicy::OnSuccess => "on-success",
+            QuitPolicy::Never => "never",
+        }
+    }
+}
+
+/// Everything a run needs, checked.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub ready_urls: Vec<Target>,
+    pub quit_urls: Vec<Target>,
+    pub native: Native,
+    pub pod_annotations: PathBuf,
+    pub exec: bool,
+    pub wait: bool,
+    /// `None`: wait for readiness without bound.
+    pub timeout: Option<Duration>,
+    pub on_timeout: OnTimeout,
+    pub quit_policy: QuitPolicy,
+    pub quit_delay: Duration,
+    pub verify_quit: bool,
+    pub quit_timeout: Duration,
+    pub request_timeout: Duration,
+    pub forward_to: ForwardTo,
+    pub log_format: Format,
+    pub log_level: Level,
+    /// `--guard-dir`: where meshwrap and its guard meet.
+    pub guard_dir: Option<PathBuf>,
+    /// The guard's bound on waiting for a run to start; `None`: no bound.
+    pub start_timeout: Option<Duration>,
+    pub command: Vec<OsString>,
+}
