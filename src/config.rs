@@ -51,6 +51,9 @@ impl QuitPolicy {
 pub struct Config {
     pub ready_urls: Vec<Target>,
     pub quit_urls: Vec<Target>,
+    /// `--sidecar auto`: the presets beyond Istio's are kept only where the
+    /// pod's annotations show their injector's mark.
+    pub auto: bool,
     pub native: Native,
     pub pod_annotations: PathBuf,
     pub exec: bool,
@@ -59,6 +62,9 @@ pub struct Config {
     pub timeout: Option<Duration>,
     pub on_timeout: OnTimeout,
     pub quit_policy: QuitPolicy,
+    /// Exit codes on which the kubelet restarts the container in place
+    /// (`restartPolicyRules`): no quit then, inclusive ranges.
+    pub no_quit_on_exit: Vec<(u8, u8)>,
     pub quit_delay: Duration,
     pub verify_quit: bool,
     pub quit_timeout: Duration,
@@ -71,4 +77,13 @@ pub struct Config {
     /// The guard's bound on waiting for a run to start; `None`: no bound.
     pub start_timeout: Option<Duration>,
     pub command: Vec<OsString>,
+}
+
+impl Config {
+    /// Whether the kubelet restarts the container when it exits with `code`.
+    pub fn restarted_on(&self, code: u8) -> bool {
+        self.no_quit_on_exit
+            .iter()
+            .any(|&(low, high)| (low..=high).contains(&code))
+    }
 }

@@ -106,6 +106,7 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
         &config.quit_urls,
         config.native,
         &config.pod_annotations,
+        config.auto,
     );
     if let Err(line) = exec_allowed(config, &plan) {
         log::stderr_line(&format!("meshwrap: {line}"));
@@ -141,7 +142,7 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
         hold.running(seen_ready);
     }
     let code = run_command(config, signals).await;
-    if quitting(config, &plan.quit, code == 0) {
+    if quitting(config, &plan.quit, code) {
         quit_delay(config, signals).await;
     }
     quit_sidecars(config, &plan.quit, code, seen_ready, &mut hold).await;
@@ -268,6 +269,7 @@ pub async fn guard(config: &Config, signals: &mut Signals) -> u8 {
         &config.quit_urls,
         config.native,
         &config.pod_annotations,
+        config.auto,
     );
     if plan.quit.is_empty() {
         log!(
@@ -323,14 +325,17 @@ fn guard_failed(dir: &std::path::Path, error: std::io::Error) -> u8 {
 }
 
 /// Whether a quit will be sent (the policy allows it and there is a URL).
-fn quitting(config: &Config, quit: &[sidecar::quit::Target], succeeded: bool) -> bool {
-    !quit.is_empty() && quit_skipped_because(config, succeeded).is_none()
+fn quitting(config: &Config, quit: &[sidecar::quit::Target], code: u8) -> bool {
+    !quit.is_empty() && quit_skipped_because(config, code).is_none()
 }
 
-fn quit_skipped_because(config: &Config, succeeded: bool) -> Option<&'static str> {
+fn quit_skipped_because(config: &Config, code: u8) -> Option<&'static str> {
     match config.quit_policy {
         QuitPolicy::Never => Some("--quit-policy never"),
-        QuitPolicy::OnSuccess if !succeeded => Some("the command did not succeed and --quit-policy is on-success"),
+        QuitPolicy::OnSuccess if code != 0 => Some("the command did not succeed and --quit-policy is on-success"),
+        _ if config.restarted_on(code) => {
+            Some("the kubelet restarts the container on this exit code (--no-quit-on-exit), and it needs the sidecar")
+        }
         _ => None,
     }
 }
@@ -440,7 +445,7 @@ async fn quit_sidecars(
     seen_ready: bool,
     hold: &mut Option<Hold>,
 ) {
-    let skipped = if let Some(why) = quit_skipped_because(config, code == 0) {
+    let skipped = if let Some(why) = quit_skipped_because(config, code) {
         log!(Info, format!("not quitting the sidecar: {why}"));
         true
     } else if quit.is_empty() {

@@ -188,3 +188,131 @@ fn a_deeply_nested_istio_status_is_read_without_overflowing_the_stack() {
     let line = format!(r#"sidecar.istio.io/status="{{\"deep\":{}}}""#, "[".repeat(80_000));
     warns_and_keeps_the_sidecars(&annotations(&[&line]), "is not the JSON Istio writes");
 }
+
+/// `meshwrap --explain` with this annotations file: the auto rows.
+fn explained(file: &std::path::Path, extra: &[&str]) -> String {
+    let run = Meshwrap::new()
+        .arg("--pod-annotations")
+        .arg(file)
+        .args(extra)
+        .args(["--explain", "--", "true"])
+        .run();
+    run.assert_code(0);
+    run.stdout.clone()
+}
+
+fn row<'a>(explained: &'a str, name: &str) -> &'a str {
+    explained
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no {name} row in:\n{explained}"))
+}
+
+#[test]
+fn auto_takes_each_mesh_whose_injector_marked_the_pod_and_says_which_annotation() {
+    let file = annotations(&[
+        r#"linkerd.io/proxy-version="edge-26.8.3""#,
+        r#"vault.hashicorp.com/agent-inject-status="injected""#,
+    ]);
+    let out = explained(&file, &[]);
+    assert!(row(&out, "sidecar").contains("auto"), "{out}");
+    assert!(
+        row(&out, "linkerd").contains("in the pod (linkerd.io/proxy-version)"),
+        "{out}"
+    );
+    assert!(
+        row(&out, "vault").contains("in the pod (vault.hashicorp.com/agent-inject-status)"),
+        "{out}"
+    );
+    assert!(row(&out, "istio").contains("skipped: Istio did not inject"), "{out}");
+    assert!(row(&out, "dapr").contains("skipped"), "{out}");
+    assert!(row(&out, "linkerd").ends_with("(pod annotations)"), "{out}");
+}
+
+#[test]
+fn auto_without_an_annotations_file_is_istio_as_always() {
+    let out = explained(&tempdir().join("none"), &[]);
+    assert!(row(&out, "istio").contains("kept: no annotations file"), "{out}");
+    for name in ["linkerd", "vault", "dapr"] {
+        assert!(row(&out, name).contains("skipped: no annotations file"), "{out}");
+    }
+}
+
+#[test]
+fn auto_reads_native_switches_and_vaults_pre_populate_only() {
+    let file = annotations(&[
+        &status(NATIVE),
+        r#"vault.hashicorp.com/agent-inject-status="injected""#,
+        r#"vault.hashicorp.com/agent-pre-populate-only="true""#,
+        r#"linkerd.io/proxy-version="stable-2.20.0""#,
+        r#"config.linkerd.io/proxy-enable-native-sidecar="true""#,
+    ]);
+    let out = explained(&file, &[]);
+    assert!(row(&out, "istio").contains("native: not quit"), "{out}");
+    assert!(row(&out, "linkerd").contains("native: not quit"), "{out}");
+    assert!(
+        row(&out, "vault").contains("skipped: vault.hashicorp.com/agent-pre-populate-only"),
+        "{out}"
+    );
+}
+
+#[test]
+fn dapr_is_found_by_its_label_when_labels_are_mounted() {
+    let file = annotations(&[r#"dapr.io/enabled="true""#]);
+    assert!(row(&explained(&file, &[]), "dapr").contains("in the pod"));
+    std::fs::write(file.with_file_name("labels"), "app=\"train\"\n").unwrap();
+    assert!(row(&explained(&file, &[]), "dapr").contains("skipped: Dapr did not inject"));
+    std::fs::write(file.with_file_name("labels"), "dapr.io/sidecar-injected=\"true\"\n").unwrap();
+    assert!(row(&explained(&file, &[]), "dapr").contains("in the pod (dapr.io/sidecar-injected)"));
+}
+
+#[test]
+fn a_linkerd_pod_with_a_native_proxy_is_waited_for_but_not_quit() {
+    let linkerd = FakeSidecar::ready();
+    linkerd.set_paths("/ready", "/shutdown");
+    let file = annotations(&[
+        r#"linkerd.io/proxy-version="stable-2.20.0""#,
+        r#"config.linkerd.io/proxy-enable-native-sidecar="true""#,
+    ]);
+    Meshwrap::new()
+        .args([
+            "--sidecar",
+            &format!("linkerd=127.0.0.1:{}", linkerd.port()),
+            "--pod-annotations",
+        ])
+        .arg(&file)
+        .arg("true")
+        .run()
+        .assert_code(0)
+        .assert_stderr_has("not quitting the linkerd sidecar: it runs as a native sidecar");
+    assert_eq!((linkerd.polls(), linkerd.quits()), (1, 0));
+}
+
+#[test]
+fn a_vault_pod_is_quit_only_where_vault_injected_a_sidecar() {
+    for (lines, quits) in [
+        (vec![r#"vault.hashicorp.com/agent-inject-status="injected""#], 1),
+        (
+            vec![
+                r#"vault.hashicorp.com/agent-inject-status="injected""#,
+                r#"vault.hashicorp.com/agent-pre-populate-only="true""#,
+            ],
+            0,
+        ),
+        (vec![], 0),
+    ] {
+        let vault = FakeSidecar::ready();
+        vault.set_paths("/unused", "/agent/v1/quit");
+        Meshwrap::new()
+            .args([
+                "--sidecar",
+                &format!("vault=127.0.0.1:{}", vault.port()),
+                "--pod-annotations",
+            ])
+            .arg(annotations(&lines))
+            .arg("true")
+            .run()
+            .assert_code(0);
+        assert_eq!(vault.quits(), quits, "{lines:?}");
+    }
+}

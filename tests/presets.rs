@@ -192,3 +192,39 @@ fn an_unknown_preset_is_bad_input() {
         run.check(run.stderr.lines().count() == 1, "one line");
     }
 }
+
+#[test]
+fn vault_without_its_quit_endpoint_names_the_annotation_that_enables_it() {
+    let vault = FakeSidecar::ready();
+    vault.set_paths("/unused", "/agent/v1/quit");
+    vault.set_quit(&[Reply::Body(404, "")]);
+    Meshwrap::new()
+        .args(["--sidecar", &at("vault", &vault), "sh", "-c", "exit 3"])
+        .run()
+        .assert_code(3)
+        .assert_stderr_has("vault.hashicorp.com/agent-enable-quit: \"true\"");
+    assert_eq!(vault.quits(), 1, "a 404 is not retried");
+}
+
+#[test]
+fn no_quit_on_the_exit_codes_the_kubelet_restarts_on() {
+    for (code, quits) in [(42, 0), (0, 1), (43, 0), (44, 1)] {
+        let sidecar = FakeSidecar::ready();
+        let run = wrapped(&sidecar)
+            .args(["--no-quit-on-exit", "42,43", "sh", "-c", &format!("exit {code}")])
+            .run();
+        run.assert_code(code);
+        assert_eq!(sidecar.quits(), quits, "exit {code}");
+        if quits == 0 {
+            run.assert_stderr_has("--no-quit-on-exit");
+        }
+    }
+    // The variable, with a range.
+    let sidecar = FakeSidecar::ready();
+    wrapped(&sidecar)
+        .env("MESHWRAP_NO_QUIT_ON_EXIT", "2-255")
+        .args(["sh", "-c", "exit 7"])
+        .run()
+        .assert_code(7);
+    assert_eq!(sidecar.quits(), 0);
+}

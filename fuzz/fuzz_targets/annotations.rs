@@ -9,10 +9,10 @@ use meshwrap::sidecar::pod;
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     if let Ok(map) = pod::parse(&text) {
-        let _ = pod::facts(&map);
+        let _ = pod::facts(&map, None);
     }
     // The same bytes as Istio's status annotation, to reach its JSON reader.
     let mut map = std::collections::BTreeMap::new();
     map.insert("sidecar.istio.io/status".to_string(), text.into_owned());
-    let _ = pod::facts(&map);
+    let _ = pod::facts(&map, None);
 });

@@ -52,11 +52,13 @@ Exit status:
 #[command(name = "meshwrap", version, after_help = AFTER_HELP)]
 #[command(override_usage = "meshwrap [OPTIONS] [--] <COMMAND> [ARG]...")]
 pub struct Args {
-    /// A sidecar to wait for and quit, by name: istio (the default), envoy,
-    /// linkerd, cloudsql, vault, dapr or none. NAME=HOST or NAME=HOST:PORT
-    /// moves its endpoints (its other port keeps its distance). Repeatable;
-    /// --ready-url and --quit-url add to the presets' endpoints. The variable
-    /// takes a comma-separated list.
+    /// A sidecar to wait for and quit, by name: auto (the default), istio,
+    /// envoy, linkerd, cloudsql, vault, dapr or none. auto takes the sidecars
+    /// whose injector marked the pod in its annotations (Istio, Linkerd,
+    /// Vault, Dapr), or Istio's when no annotations file is mounted.
+    /// NAME=HOST or NAME=HOST:PORT moves its endpoints (its other port keeps
+    /// its distance). Repeatable; --ready-url and --quit-url add to the
+    /// presets' endpoints. The variable takes a comma-separated list.
     #[arg(long, value_name = "NAME[=HOST[:PORT]]", allow_hyphen_values = true, env = "MESHWRAP_SIDECAR",
           action = ArgAction::Append)]
     pub sidecar: Vec<String>,
@@ -137,6 +139,19 @@ pub struct Args {
         default_value = "always"
     )]
     pub quit_policy: String,
+
+    /// Exit codes on which the kubelet restarts the container in place (its
+    /// restartPolicyRules): no quit after those, since the restarted command
+    /// needs the sidecar. A comma-separated list of codes and ranges, such
+    /// as 42,43 or 2-255.
+    #[arg(
+        long = "no-quit-on-exit",
+        allow_hyphen_values = true,
+        value_name = "CODES",
+        env = "MESHWRAP_NO_QUIT_ON_EXIT",
+        default_value = ""
+    )]
+    pub no_quit_on_exit: String,
 
     /// Wait this long after COMMAND ends before quitting the sidecar (for a
     /// telemetry flush or an upload that needs the mesh). TERM, INT, HUP or

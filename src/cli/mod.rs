@@ -28,7 +28,9 @@ pub enum Mode {
     Guard,
 }
 
-/// What the command line asks for.
+/// What the command line asks for. Made once per process, so its size does
+/// not matter (boxing the configuration would only add code).
+#[allow(clippy::large_enum_variant)]
 pub enum Parsed {
     Run(Config),
     /// Print this on stdout and exit 0 (`--help`, `--version`, `--explain`).
@@ -63,7 +65,10 @@ pub fn parse(args: impl IntoIterator<Item = OsString>, mode: Mode) -> Parsed {
         Err(e) => return Parsed::Invalid(first_line(&e.to_string())),
     };
     match resolve::resolve(&args, &matches) {
-        Ok((_, explained)) if args.explain => Parsed::Print(resolve::explain(&explained)),
+        Ok((config, mut explained)) if args.explain => {
+            resolve::pod_decisions(&config, &mut explained);
+            Parsed::Print(resolve::explain(&explained))
+        }
         Ok((config, _)) => match resolve::check(&config, mode) {
             Ok(()) => Parsed::Run(config),
             Err(line) => Parsed::Invalid(line),

@@ -41,6 +41,7 @@ pub fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, Explained),
     let mut r = Resolver {
         matches,
         explain: Vec::new(),
+        auto: false,
     };
     let scuttle = crate::scuttle::from_env()?;
     let scuttle = scuttle.as_ref();
@@ -62,6 +63,7 @@ pub fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, Explained),
     let config = Config {
         ready_urls,
         quit_urls,
+        auto: r.auto,
         native,
         pod_annotations,
         exec,
@@ -69,6 +71,7 @@ pub fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, Explained),
         timeout,
         on_timeout,
         quit_policy: q.policy,
+        no_quit_on_exit: q.no_quit_on_exit,
         quit_delay: q.delay,
         verify_quit: q.verify,
         quit_timeout: q.timeout,
@@ -103,7 +106,9 @@ pub fn check(config: &Config, mode: Mode) -> Result<(), String> {
 /// URLs add to them. scuttle's URLs stand in for the defaults, never for
 /// what was given.
 fn endpoints(r: &mut Resolver, args: &Args, scuttle: Option<&Scuttle>) -> Result<(Vec<Target>, Vec<Target>), String> {
-    let sidecars = r.sidecars(&args.sidecar)?;
+    // auto by default, unless URLs or scuttle's variables say where to go.
+    let auto_by_default = scuttle.is_none() && !given(r.matches, "ready_url") && !given(r.matches, "quit_url");
+    let sidecars = r.sidecars(&args.sidecar, auto_by_default)?;
     let ready = r.targets(
         &sidecars,
         |s| &s.ready,
@@ -189,6 +194,7 @@ fn on_timeout(r: &mut Resolver, args: &Args, scuttle: Option<&Scuttle>) -> Resul
 /// The quit settings, resolved together.
 struct Quitting {
     policy: QuitPolicy,
+    no_quit_on_exit: Vec<(u8, u8)>,
     delay: Duration,
     verify: bool,
     timeout: Duration,
@@ -211,6 +217,12 @@ fn quitting(r: &mut Resolver, args: &Args, scuttle: Option<&Scuttle>) -> Result<
             ]),
         )?,
     };
+    let no_quit_on_exit = r.one(
+        ("no_quit_on_exit", "--no-quit-on-exit", "MESHWRAP_NO_QUIT_ON_EXIT"),
+        &args.no_quit_on_exit,
+        "exit codes from 0 to 255 and ranges, comma-separated (e.g. 42,43 or 2-255)",
+        exit_codes,
+    )?;
     let delay = r.one(
         ("quit_delay", "--quit-delay", "MESHWRAP_QUIT_DELAY"),
         &args.quit_delay,
@@ -238,6 +250,7 @@ fn quitting(r: &mut Resolver, args: &Args, scuttle: Option<&Scuttle>) -> Result<
     )?;
     Ok(Quitting {
         policy,
+        no_quit_on_exit,
         delay,
         verify,
         timeout,
@@ -311,6 +324,42 @@ fn shown_command(args: &Args) -> String {
     }
 }
 
+/// `42,43`, `2-255`: inclusive ranges of exit codes; empty for none.
+fn exit_codes(raw: &str) -> Option<Vec<(u8, u8)>> {
+    let code = |s: &str| s.trim().parse::<u8>().ok();
+    if raw.trim().is_empty() {
+        return Some(Vec::new());
+    }
+    raw.split(',')
+        .map(|item| match item.split_once('-') {
+            Some((low, high)) => code(low).zip(code(high)).filter(|(l, h)| l <= h),
+            None => code(item).map(|c| (c, c)),
+        })
+        .collect()
+}
+
+/// The rows `--explain` adds for `--sidecar auto`: which annotation decided
+/// each preset (read only when explaining).
+pub fn pod_decisions(config: &Config, explained: &mut Explained) {
+    if !config.auto {
+        return;
+    }
+    let facts = crate::sidecar::pod::read(&config.pod_annotations);
+    for (name, mark) in crate::sidecar::pod::MARKERS {
+        let decision = match &facts {
+            Err(why) => format!("kept: the annotations file is unreadable ({why})"),
+            Ok(None) if name == "istio" => "kept: no annotations file, so Istio as always".into(),
+            Ok(None) => "skipped: no annotations file to show it".into(),
+            Ok(Some(facts)) => match facts.of(name).and_then(|s| s.absent.as_ref()) {
+                Some(why) => format!("skipped: {why}"),
+                None if facts.of(name).is_some_and(|s| s.native) => format!("in the pod ({mark}), native: not quit"),
+                None => format!("in the pod ({mark})"),
+            },
+        };
+        explained.push((name, decision, Origin::Pod));
+    }
+}
+
 fn boolean(raw: &str) -> Option<bool> {
     choice(&[("true", true), ("false", false)])(raw)
 }
@@ -332,6 +381,8 @@ pub enum Origin {
     Default(&'static str),
     Preset(&'static str),
     Scuttle(&'static str),
+    /// Decided by the pod's annotations file (`--sidecar auto`).
+    Pod,
 }
 
 impl Origin {
@@ -340,6 +391,7 @@ impl Origin {
         match self {
             Origin::Flag(flag) | Origin::Default(flag) => flag,
             Origin::Env(var) | Origin::Preset(var) | Origin::Scuttle(var) => var,
+            Origin::Pod => "--pod-annotations",
         }
     }
     fn describe(self) -> String {
@@ -349,6 +401,7 @@ impl Origin {
             Origin::Default(_) => "default".into(),
             Origin::Preset(name) => format!("preset {name}"),
             Origin::Scuttle(var) => format!("scuttle env {var}"),
+            Origin::Pod => "pod annotations".into(),
         }
     }
 }
@@ -357,6 +410,8 @@ impl Origin {
 struct Resolver<'m> {
     matches: &'m ArgMatches,
     explain: Explained,
+    /// `--sidecar auto` was given or taken by default.
+    auto: bool,
 }
 
 impl Resolver<'_> {
@@ -396,11 +451,19 @@ impl Resolver<'_> {
     }
 
     /// The sidecar presets; empty when none was given (Istio's endpoints are then the defaults).
-    fn sidecars(&mut self, raw: &[String]) -> Result<Vec<Sidecar>, String> {
+    fn sidecars(&mut self, raw: &[String], auto_by_default: bool) -> Result<Vec<Sidecar>, String> {
         let origin = self.origin("sidecar", "--sidecar", "MESHWRAP_SIDECAR");
-        let items = list_items(origin, raw);
+        let mut items = list_items(origin, raw);
+        if items.is_empty() && auto_by_default {
+            items.push("auto");
+        }
         let mut sidecars = Vec::new();
         for item in &items {
+            if item.eq_ignore_ascii_case("auto") {
+                self.auto = true;
+                sidecars.extend(preset::AUTO.iter().filter_map(|name| preset::parse(name).ok()));
+                continue;
+            }
             let sidecar = preset::parse(item).map_err(|why| {
                 format!(
                     "invalid {} '{item}': {why}; expected {}",
@@ -556,16 +619,47 @@ mod tests {
     }
 
     #[test]
-    fn endpoints_default_to_istio_tagged_as_its_preset() {
+    fn endpoints_default_to_auto_over_the_marked_presets() {
         let c = config(&["--", "x"]);
+        assert!(c.auto);
         assert_eq!(
             urls(&c.ready_urls),
-            [("http://127.0.0.1:15021/healthz/ready", Some("istio"))]
+            [
+                ("http://127.0.0.1:15021/healthz/ready", Some("istio")),
+                ("http://127.0.0.1:4191/ready", Some("linkerd")),
+                ("http://127.0.0.1:3500/v1.0/healthz/outbound", Some("dapr")),
+            ]
         );
+        let quits: Vec<_> = urls(&c.quit_urls).into_iter().map(|(_, p)| p.unwrap()).collect();
+        assert_eq!(quits, ["istio", "linkerd", "vault", "dapr"]);
+    }
+
+    #[test]
+    fn a_given_url_or_preset_turns_auto_off() {
+        let c = config(&["--ready-url", "http://127.0.0.1:9/r", "--", "x"]);
+        assert!(!c.auto);
+        assert_eq!(urls(&c.ready_urls), [("http://127.0.0.1:9/r", None)]);
         assert_eq!(
             urls(&c.quit_urls),
             [("http://127.0.0.1:15020/quitquitquit", Some("istio"))]
         );
+        assert!(!config(&["--sidecar", "linkerd", "--", "x"]).auto);
+        assert!(config(&["--sidecar", "auto", "--sidecar", "cloudsql", "--", "x"]).auto);
+    }
+
+    #[test]
+    fn no_quit_on_exit_takes_codes_and_ranges() {
+        let c = config(&["--no-quit-on-exit", "42, 43,100-120", "--", "x"]);
+        assert_eq!(c.no_quit_on_exit, [(42, 42), (43, 43), (100, 120)]);
+        assert!(c.restarted_on(42) && c.restarted_on(110) && !c.restarted_on(0) && !c.restarted_on(121));
+        assert!(config(&["--", "x"]).no_quit_on_exit.is_empty());
+        for bad in ["256", "9-2", "x", "1,,2", "-1"] {
+            let e = resolved(&["--no-quit-on-exit", bad, "--", "x"]).unwrap_err();
+            assert!(
+                e.starts_with(&format!("invalid --no-quit-on-exit '{bad}': expected exit codes")),
+                "{e}"
+            );
+        }
     }
 
     #[test]
@@ -642,6 +736,12 @@ mod tests {
         assert_eq!(
             names,
             [
+                "sidecar",
+                "ready-url",
+                "quit-url",
+                "ready-url",
+                "quit-url",
+                "quit-url",
                 "ready-url",
                 "quit-url",
                 "no-wait",
@@ -651,6 +751,7 @@ mod tests {
                 "exec",
                 "on-timeout",
                 "quit-policy",
+                "no-quit-on-exit",
                 "quit-delay",
                 "verify-quit",
                 "quit-timeout",

@@ -44,8 +44,10 @@ pub struct Plan {
 }
 
 /// Drops the presets whose sidecar is known not to be in this pod, and the
-/// quit of native sidecars; logs each decision once.
-pub fn plan(ready: &[Target], quit: &[Target], native: Native, annotations: &std::path::Path) -> Plan {
+/// quit of native ones; logs each decision once. With `auto` (`--sidecar
+/// auto`), the presets beyond Istio are guesses kept only where the pod's
+/// annotations show their injector's mark.
+pub fn plan(ready: &[Target], quit: &[Target], native: Native, annotations: &std::path::Path, auto: bool) -> Plan {
     let facts = match pod::read(annotations) {
         Ok(facts) => facts,
         Err(why) => {
@@ -58,42 +60,67 @@ pub fn plan(ready: &[Target], quit: &[Target], native: Native, annotations: &std
             None
         }
     };
+    let known = facts.is_some();
     // No file: nothing is known to be absent or native.
     let facts = facts.unwrap_or_default();
-    let mut absent: Vec<&str> = Vec::new();
-    for (name, why) in [("istio", &facts.istio_absent), ("linkerd", &facts.linkerd_absent)] {
-        let configured = ready
-            .iter()
-            .chain(quit)
-            .any(|t| t.preset.is_some_and(|p| p.name == name));
-        if let (Some(why), true) = (why, configured) {
-            log!(Info, format!("skipping the {name} sidecar: {why}"));
-            absent.push(name);
+    let mut dropped: Vec<&str> = Vec::new();
+    for (name, mark) in pod::MARKERS {
+        if !ready.iter().chain(quit).any(|t| is(t, name)) {
+            continue;
         }
+        // Auto's presets beyond Istio are guesses: kept only where marked.
+        let guess = auto && name != "istio";
+        match facts.of(name).and_then(|s| s.absent.as_ref()) {
+            Some(why) if !guess => log!(Info, format!("skipping the {name} sidecar: {why}")),
+            None if known && guess => {
+                log!(Info, format!("found the {name} sidecar ({mark})"));
+                continue;
+            }
+            None if !guess => continue,
+            _ => {}
+        }
+        dropped.push(name);
     }
-    let kept = |t: &&Target| !t.preset.is_some_and(|p| absent.contains(&p.name));
-    let mut quit: Vec<Target> = quit.iter().filter(kept).cloned().collect();
-    match native {
-        Native::Yes if !quit.is_empty() => {
-            log!(
-                Info,
-                "not quitting the sidecars: --native-sidecar true (the kubelet stops native sidecars)"
-            );
-            quit.clear();
-        }
-        Native::Auto if facts.istio_native && quit.iter().any(is_istio) => {
-            log!(
-                Info,
-                "not quitting the istio sidecar: it runs as a native sidecar (istio-proxy is an init container), which the kubelet stops"
-            );
-            quit.retain(|t| !is_istio(t));
-        }
-        _ => {}
-    }
+    let kept = |t: &&Target| !t.preset.is_some_and(|p| dropped.contains(&p.name));
     let ready: Vec<Target> = ready.iter().filter(kept).cloned().collect();
+    let mut quit: Vec<Target> = quit.iter().filter(kept).cloned().collect();
+    if let (true, Some(port)) = (auto, facts.vault_port) {
+        for t in quit.iter_mut().filter(|t| is(t, "vault")) {
+            t.endpoint = preset::parse(&format!("vault=127.0.0.1:{port}"))
+                .ok()
+                .and_then(|s| s.quit)
+                .unwrap_or(t.endpoint.clone());
+        }
+    }
+    drop_native_quits(&mut quit, native, &facts);
     Plan {
         ready: distinct(ready).into_iter().map(|t| t.endpoint).collect(),
         quit: distinct(quit),
+    }
+}
+
+/// Native sidecars are stopped by the kubelet: never quit them.
+fn drop_native_quits(quit: &mut Vec<Target>, native: Native, facts: &pod::Facts) {
+    if native == Native::Yes && !quit.is_empty() {
+        log!(
+            Info,
+            "not quitting the sidecars: --native-sidecar true (the kubelet stops native sidecars)"
+        );
+        quit.clear();
+    }
+    if native != Native::Auto {
+        return;
+    }
+    for (name, _) in pod::MARKERS {
+        if facts.of(name).is_some_and(|s| s.native) && quit.iter().any(|t| is(t, name)) {
+            log!(
+                Info,
+                format!(
+                    "not quitting the {name} sidecar: it runs as a native sidecar (an init container that keeps running), which the kubelet stops"
+                )
+            );
+            quit.retain(|t| !is(t, name));
+        }
     }
 }
 
@@ -109,8 +136,9 @@ fn distinct(targets: Vec<Target>) -> Vec<Target> {
     kept
 }
 
-fn is_istio(target: &Target) -> bool {
-    target.preset.is_some_and(|p| p.name == "istio")
+/// Whether the target came from the preset `name`.
+fn is(target: &Target, name: &str) -> bool {
+    target.preset.is_some_and(|p| p.name == name)
 }
 
 /// Runs futures concurrently on the current task; outputs in input order.

@@ -1,13 +1,16 @@
 //! What the pod's own annotations say about its sidecars, read from the file
-//! the Downward API mounts (`/etc/podinfo/annotations` by default).
+//! the Downward API mounts (`/etc/podinfo/annotations` by default), and the
+//! labels file beside it when one is mounted.
 //!
-//! Three facts matter. Whether Istio injected a sidecar at all (it writes
-//! `sidecar.istio.io/status` on every pod it injects; `sidecar.istio.io/inject:
-//! "false"` opts out; an ambient pod carries `ambient.istio.io/redirection:
-//! enabled` and has none). Whether that sidecar is native: `istio-proxy` among
-//! the status's `initContainers` means the kubelet runs it as a restartable
-//! init container and stops it itself, so quitting it would only make the
-//! kubelet restart it. And whether Linkerd injected one (`linkerd.io/proxy-version`).
+//! Two facts per mesh. Whether its injector put a sidecar in this pod: each
+//! injector marks every pod it injects ([`MARKERS`]: Istio's
+//! `sidecar.istio.io/status`, Linkerd's `linkerd.io/proxy-version`, Vault's
+//! `vault.hashicorp.com/agent-inject-status`, Dapr's `dapr.io/sidecar-injected`
+//! label), and some pods are marked yet have none (Istio's ambient mode,
+//! Vault's `agent-pre-populate-only`). And whether that sidecar is native:
+//! `istio-proxy` among the Istio status's `initContainers`, or Linkerd's and
+//! Dapr's per-pod native switch; the kubelet stops a native sidecar itself,
+//! so quitting it would only make the kubelet restart it.
 //!
 //! Without a readable file nothing is known, and meshwrap does what it was
 //! configured to do. A file it cannot parse gets one warning and is then
@@ -25,16 +28,42 @@ use std::path::Path;
 /// The default mount path of the annotations file.
 pub const DEFAULT_PATH: &str = "/etc/podinfo/annotations";
 
-/// What the annotations say.
+/// What the annotations say about one preset's sidecar.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// Why it is not in this pod, if it is known not to be.
+    pub absent: Option<String>,
+    /// It runs as a native sidecar (a restartable init container).
+    pub native: bool,
+}
+
+/// What the annotations say, preset by preset, in [`MARKERS`]' order.
 #[derive(Debug, Default)]
 pub struct Facts {
-    /// Why Istio's sidecar is not in this pod, if it is known not to be.
-    pub istio_absent: Option<String>,
-    /// Istio's sidecar runs as a native (init container) sidecar.
-    pub istio_native: bool,
-    /// Why Linkerd's sidecar is not in this pod, if it is known not to be.
-    pub linkerd_absent: Option<String>,
+    pub seen: [Seen; 4],
+    /// Vault agent's quit listener port, when the pod moved it.
+    pub vault_port: Option<u16>,
 }
+
+impl Facts {
+    /// What is known of the preset `name`; nothing for a preset no injector marks.
+    pub fn of(&self, name: &str) -> Option<&Seen> {
+        MARKERS
+            .iter()
+            .position(|(preset, _)| *preset == name)
+            .map(|i| &self.seen[i])
+    }
+}
+
+/// The presets whose injector marks every pod it injects, and the mark.
+/// Dapr's is a label; its opt-in annotation stands in where labels are not
+/// mounted.
+pub const MARKERS: [(&str, &str); 4] = [
+    ("istio", "sidecar.istio.io/status"),
+    ("linkerd", "linkerd.io/proxy-version"),
+    ("vault", "vault.hashicorp.com/agent-inject-status"),
+    ("dapr", "dapr.io/sidecar-injected"),
+];
 
 /// The largest annotations file read. Kubernetes caps a pod's annotations at
 /// 256 KiB in all; Go's quoting can make the file up to four times that.
@@ -44,12 +73,21 @@ pub const MAX_FILE: u64 = 1024 * 1024;
 /// `Err`: a file that is not a regular file of at most [`MAX_FILE`] bytes in
 /// the Downward API's format.
 pub fn read(path: &Path) -> Result<Option<Facts>, String> {
-    let text = match read_bounded(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.to_string()),
+    let Some(annotations) = read_map(path)? else {
+        return Ok(None);
     };
-    facts(&parse(&text)?).map(Some)
+    // The labels, when mounted beside the annotations (Dapr marks a pod by label).
+    let labels = read_map(&path.with_file_name("labels"))?;
+    facts(&annotations, labels.as_ref()).map(Some)
+}
+
+/// One Downward API file, parsed; `None` when there is no such file.
+fn read_map(path: &Path) -> Result<Option<BTreeMap<String, String>>, String> {
+    match read_bounded(path) {
+        Ok(text) => parse(&text).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The file's text, read only if it is a regular file within the bound.
@@ -144,29 +182,57 @@ fn unquote(quoted: &str) -> Result<String, String> {
     Ok(out)
 }
 
-/// Draws the facts from parsed annotations.
-pub fn facts(annotations: &BTreeMap<String, String>) -> Result<Facts, String> {
+/// Draws the facts from parsed annotations (and labels, when mounted).
+pub fn facts(
+    annotations: &BTreeMap<String, String>,
+    labels: Option<&BTreeMap<String, String>>,
+) -> Result<Facts, String> {
     let get = |key: &str| annotations.get(key).map(String::as_str);
+    let yes = |key: &str| get(key).is_some_and(go_true);
+    let not_injected =
+        |mesh: &str, key: &str| Some(format!("{mesh} did not inject this pod (it has no {key} annotation)"));
     let mut facts = Facts::default();
+    let [istio, linkerd, vault, dapr] = &mut facts.seen;
     if get("ambient.istio.io/redirection") == Some("enabled") {
-        facts.istio_absent = Some(
+        istio.absent = Some(
             "the pod is in Istio's ambient mode (ambient.istio.io/redirection: enabled): it has no sidecar".into(),
         );
-    } else if let Some(status) = get("sidecar.istio.io/status") {
+    } else if let Some(status) = get(MARKERS[0].1) {
         let init = json::string_array(status, "initContainers")
             .map_err(|why| format!("sidecar.istio.io/status is not the JSON Istio writes: {why}"))?;
-        facts.istio_native = init.iter().any(|c| c == "istio-proxy");
+        istio.native = init.iter().any(|c| c == "istio-proxy");
     } else if get("sidecar.istio.io/inject") == Some("false") {
-        facts.istio_absent = Some("the pod opted out of injection (sidecar.istio.io/inject: \"false\")".into());
+        istio.absent = Some("the pod opted out of injection (sidecar.istio.io/inject: \"false\")".into());
     } else {
-        facts.istio_absent =
-            Some("Istio did not inject this pod (it has no sidecar.istio.io/status annotation)".into());
+        istio.absent = not_injected("Istio", MARKERS[0].1);
     }
-    if get("linkerd.io/proxy-version").is_none() {
-        facts.linkerd_absent =
-            Some("Linkerd did not inject this pod (it has no linkerd.io/proxy-version annotation)".into());
+    if get(MARKERS[1].1).is_none() {
+        linkerd.absent = not_injected("Linkerd", MARKERS[1].1);
     }
+    linkerd.native = ["config.linkerd.io", "config.beta.linkerd.io", "config.alpha.linkerd.io"]
+        .iter()
+        .any(|prefix| yes(&format!("{prefix}/proxy-enable-native-sidecar")));
+    if get(MARKERS[2].1).is_none() {
+        vault.absent = not_injected("Vault", MARKERS[2].1);
+    } else if yes("vault.hashicorp.com/agent-pre-populate-only") {
+        vault.absent =
+            Some("vault.hashicorp.com/agent-pre-populate-only: the agent runs only as an init container".into());
+    }
+    facts.vault_port = get("vault.hashicorp.com/agent-cache-listener-port").and_then(|p| p.parse().ok());
+    dapr.absent = match labels {
+        Some(labels) if labels.get(MARKERS[3].1).is_some_and(|v| v == "true") => None,
+        Some(_) => Some("Dapr did not inject this pod (it has no dapr.io/sidecar-injected label)".into()),
+        None if get("dapr.io/enabled").is_some_and(|v| v.eq_ignore_ascii_case("true")) => None,
+        None => Some("the pod did not ask for Dapr (no dapr.io/enabled: \"true\")".into()),
+    };
+    dapr.native = yes("dapr.io/enable-native-sidecar");
     Ok(facts)
+}
+
+/// A boolean as Go's strconv.ParseBool reads it, true side (the injectors'
+/// parser).
+fn go_true(value: &str) -> bool {
+    matches!(value, "1" | "t" | "T" | "true" | "TRUE" | "True")
 }
 
 /// Just enough JSON to read one array of strings from Istio's status.
@@ -332,19 +398,77 @@ sidecar.istio.io/status="{\"initContainers\":[\"istio-init\",\"istio-proxy\"],\"
         }
     }
 
+    fn read(annotations: &str) -> Facts {
+        facts(&parse(annotations).unwrap(), None).unwrap()
+    }
+
     #[test]
     fn reads_native_classic_absent_and_ambient() {
-        let native = facts(&parse(NATIVE).unwrap()).unwrap();
-        assert!(native.istio_native && native.istio_absent.is_none());
-        let classic =
-            facts(&parse(&NATIVE.replace(r#"\"istio-init\",\"istio-proxy\""#, r#"\"istio-init\""#)).unwrap()).unwrap();
-        assert!(!classic.istio_native && classic.istio_absent.is_none());
-        assert!(facts(&parse("x=\"y\"").unwrap()).unwrap().istio_absent.is_some());
-        let ambient = facts(&parse("ambient.istio.io/redirection=\"enabled\"").unwrap()).unwrap();
-        assert!(ambient.istio_absent.unwrap().contains("ambient"));
-        let linkerd = facts(&parse("linkerd.io/proxy-version=\"edge-24.11.8\"").unwrap()).unwrap();
-        assert!(linkerd.linkerd_absent.is_none());
-        assert!(facts(&parse("sidecar.istio.io/status=\"{not json\"").unwrap()).is_err());
+        let native = read(NATIVE);
+        assert!(native.seen[0].native && native.seen[0].absent.is_none());
+        let classic = read(&NATIVE.replace(r#"\"istio-init\",\"istio-proxy\""#, r#"\"istio-init\""#));
+        assert!(!classic.seen[0].native && classic.seen[0].absent.is_none());
+        assert!(read("x=\"y\"").seen[0].absent.is_some());
+        assert!(
+            read("ambient.istio.io/redirection=\"enabled\"").seen[0]
+                .absent
+                .as_ref()
+                .unwrap()
+                .contains("ambient")
+        );
+        let linkerd = read("linkerd.io/proxy-version=\"edge-24.11.8\"");
+        assert!(linkerd.of("linkerd").unwrap().absent.is_none());
+        assert!(facts(&parse("sidecar.istio.io/status=\"{not json\"").unwrap(), None).is_err());
+    }
+
+    #[test]
+    fn each_injectors_mark_decides_its_preset() {
+        let none = read("x=\"y\"");
+        for name in ["istio", "linkerd", "vault", "dapr"] {
+            assert!(none.of(name).unwrap().absent.is_some(), "{name}");
+        }
+        assert!(none.of("cloudsql").is_none(), "no injector marks cloudsql");
+        let vault = read(
+            "vault.hashicorp.com/agent-inject-status=\"injected\"\nvault.hashicorp.com/agent-cache-listener-port=\"8300\"",
+        );
+        assert!(vault.of("vault").unwrap().absent.is_none());
+        assert_eq!(vault.vault_port, Some(8300));
+        let prepopulate = read(
+            "vault.hashicorp.com/agent-inject-status=\"injected\"\nvault.hashicorp.com/agent-pre-populate-only=\"true\"",
+        );
+        assert!(
+            prepopulate
+                .of("vault")
+                .unwrap()
+                .absent
+                .as_ref()
+                .unwrap()
+                .contains("pre-populate-only")
+        );
+        // Dapr: by its label when labels are mounted, else by its opt-in.
+        assert!(read("dapr.io/enabled=\"True\"").of("dapr").unwrap().absent.is_none());
+        let requested = parse("dapr.io/enabled=\"true\"").unwrap();
+        let unlabelled = parse("app=\"x\"").unwrap();
+        let labelled = parse("dapr.io/sidecar-injected=\"true\"").unwrap();
+        assert!(facts(&requested, Some(&unlabelled)).unwrap().seen[3].absent.is_some());
+        assert!(facts(&requested, Some(&labelled)).unwrap().seen[3].absent.is_none());
+    }
+
+    #[test]
+    fn per_pod_native_switches_mark_linkerd_and_dapr_native() {
+        for key in [
+            "config.linkerd.io/proxy-enable-native-sidecar",
+            "config.beta.linkerd.io/proxy-enable-native-sidecar",
+            "config.alpha.linkerd.io/proxy-enable-native-sidecar",
+        ] {
+            assert!(read(&format!("{key}=\"true\"")).seen[1].native, "{key}");
+            assert!(!read(&format!("{key}=\"false\"")).seen[1].native, "{key}");
+        }
+        assert!(read("dapr.io/enable-native-sidecar=\"1\"").seen[3].native);
+        assert!(
+            !read("dapr.io/enable-native-sidecar=\"yes\"").seen[3].native,
+            "ParseBool has no yes"
+        );
     }
 
     #[test]

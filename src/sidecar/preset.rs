@@ -58,7 +58,10 @@ pub const PRESETS: [Preset; 7] = [
         name: "vault",
         ready: None,
         quit: Some((8200, "/agent/v1/quit")),
-        not_found_hint: Some("Vault agent serves /agent/v1/quit only with agent-enable-quit in its listener's config"),
+        not_found_hint: Some(
+            "Vault agent serves /agent/v1/quit only when enabled: give the pod the annotation \
+             vault.hashicorp.com/agent-enable-quit: \"true\"",
+        ),
         exits_before_answering: false,
     },
     Preset {
@@ -77,9 +80,13 @@ pub const PRESETS: [Preset; 7] = [
     },
 ];
 
+/// The presets `--sidecar auto` considers: those whose injector marks the
+/// pods it injects (see `pod::MARKERS`).
+pub const AUTO: [&str; 4] = ["istio", "linkerd", "vault", "dapr"];
+
 /// What a preset value may look like, for error messages.
 pub fn accepts() -> String {
-    let names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
+    let names: Vec<&str> = std::iter::once("auto").chain(PRESETS.iter().map(|p| p.name)).collect();
     format!("one of {}, optionally NAME=HOST or NAME=HOST:PORT", names.join(", "))
 }
 
