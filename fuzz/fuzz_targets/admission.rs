@@ -14,10 +14,8 @@ fuzz_target!(|data: &[u8]| {
     let settings = Settings {
         options: Options {
             image: "registry.example.com/meshwrap:0.1.0".into(),
-            sidecar: None,
-            timeout: None,
-            quit_policy: None,
             delivery: Delivery::InitContainer,
+            ..Options::default()
         },
         namespace: "meshwrap-system".into(),
     };

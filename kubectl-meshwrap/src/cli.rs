@@ -92,6 +92,16 @@ pub struct PodOptions {
     #[arg(long, value_name = "HOW", env = "MESHWRAP_DELIVERY", default_value = "init-container",
           value_parser = ["init-container", "image-volume"])]
     pub delivery: String,
+    /// The meshes the namespace injects, which a manifest cannot show: istio, linkerd, vault, dapr,
+    /// cloudsql, or auto (only what the pod template shows). Comma-separated
+    #[arg(long, value_name = "MESH", env = "MESHWRAP_MESH", default_value = "auto", value_delimiter = ',',
+          value_parser = mesh)]
+    pub mesh: Vec<String>,
+    /// Make each mesh's proxy a native sidecar (its per-pod switch) instead of wrapping: true, prefer
+    /// (wrap where a mesh has none, as Vault), or false; the meshwrap.io/native annotation overrides it
+    #[arg(long, value_name = "WHEN", env = "MESHWRAP_NATIVE", default_value = "false", num_args = 0..=1,
+          default_missing_value = "true", value_parser = ["true", "prefer", "false"])]
+    pub native: String,
 }
 
 #[derive(Args, Debug)]
@@ -167,6 +177,14 @@ fn positive_duration(s: &str) -> Result<Duration, String> {
     })
 }
 
+fn mesh(s: &str) -> Result<String, String> {
+    if s == "auto" || crate::mesh::Kind::parse(s).is_some() {
+        Ok(s.to_string())
+    } else {
+        Err("auto, istio, linkerd, vault, dapr or cloudsql".into())
+    }
+}
+
 fn sidecar(s: &str) -> Result<String, String> {
     meshwrap::sidecar::preset::parse(s).map(|_| s.to_string())
 }
@@ -183,6 +201,8 @@ impl PodOptions {
             } else {
                 Delivery::InitContainer
             },
+            meshes: self.mesh.iter().filter_map(|m| crate::mesh::Kind::parse(m)).collect(),
+            native: crate::transform::Native::parse(&self.native).unwrap_or_default(),
         }
     }
 }

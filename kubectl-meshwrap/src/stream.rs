@@ -239,13 +239,29 @@ fn document(
                     policy,
                     guard,
                     ops: planned,
+                    notes,
                 } => {
                     for op in &planned {
                         patch::apply(&mut working, op);
                     }
                     ops.extend(planned);
                     let guard = if guard { "guard" } else { "no guard" };
-                    let message = format!("container {container}, --quit-policy {policy}, {guard}");
+                    let mut message = format!("container {container}, --quit-policy {policy}, {guard}");
+                    for note in notes {
+                        message.push_str("; ");
+                        message.push_str(&note);
+                    }
+                    mine.push((
+                        entry(Verdict::Injected, object, what(&place.label), message),
+                        Some(place),
+                    ));
+                }
+                Outcome::Native { meshes, ops: planned } => {
+                    for op in &planned {
+                        patch::apply(&mut working, op);
+                    }
+                    ops.extend(planned);
+                    let message = format!("native: annotated, not wrapped ({meshes})");
                     mine.push((
                         entry(Verdict::Injected, object, what(&place.label), message),
                         Some(place),

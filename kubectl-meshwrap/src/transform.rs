@@ -19,7 +19,9 @@
 
 use serde_json::{Value, json};
 
+use crate::mesh::{self, Found, Kind};
 use crate::patch::{Op, Path, Seg, get, key, under};
+use crate::restart;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// What was done to a pod, and by which version.
@@ -29,6 +31,11 @@ pub const QUIT_POLICY: &str = "meshwrap.io/quit-policy";
 pub const IMAGE: &str = "meshwrap.io/image";
 pub const TIMEOUT: &str = "meshwrap.io/timeout";
 pub const SIDECAR: &str = "meshwrap.io/sidecar";
+/// `"true"`: make the mesh's proxy native instead of wrapping; `"prefer"`:
+/// that, or the wrapper where the mesh has no native switch; `"false"`.
+pub const NATIVE: &str = "meshwrap.io/native";
+/// Argo's per-container kill command, `ARGO_KILL` + the container's name.
+pub const ARGO_KILL: &str = "workflows.argoproj.io/kill-cmd-";
 /// `"false"` on a pod (label or annotation) leaves it alone.
 pub const INJECT: &str = "meshwrap.io/inject";
 
@@ -70,6 +77,29 @@ impl Delivery {
     }
 }
 
+/// Whether to make the mesh's proxy a native sidecar instead of wrapping.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Native {
+    /// Wrap (the default).
+    #[default]
+    Off,
+    /// Set each mesh's per-pod native switch; refuse a mesh without one.
+    On,
+    /// As `On`, but wrap where a mesh has no native switch.
+    Prefer,
+}
+
+impl Native {
+    pub fn parse(value: &str) -> Option<Native> {
+        match value {
+            "false" | "off" => Some(Native::Off),
+            "true" | "on" => Some(Native::On),
+            "prefer" => Some(Native::Prefer),
+            _ => None,
+        }
+    }
+}
+
 /// The options every front end takes; pod annotations override them.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -78,6 +108,23 @@ pub struct Options {
     pub timeout: Option<String>,
     pub quit_policy: Option<String>,
     pub delivery: Delivery,
+    /// `--mesh`: the meshes a namespace injects, which a manifest cannot show.
+    pub meshes: Vec<Kind>,
+    pub native: Native,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            image: String::new(),
+            sidecar: None,
+            timeout: None,
+            quit_policy: None,
+            delivery: Delivery::InitContainer,
+            meshes: Vec::new(),
+            native: Native::Off,
+        }
+    }
 }
 
 /// What decides the quit policy when nothing names one.
@@ -116,7 +163,12 @@ pub enum Outcome {
         policy: String,
         guard: bool,
         ops: Vec<Op>,
+        /// What else was added or left, for the report (a switch turned
+        /// on, one the user set otherwise, a mesh Argo cannot stop).
+        notes: Vec<String>,
     },
+    /// `--native`: the meshes' native switches were set; nothing wrapped.
+    Native { meshes: String, ops: Vec<Op> },
     /// Already wrapped: nothing to do.
     Unchanged(String),
     /// Not wrapped, and why.
@@ -178,63 +230,57 @@ fn hardened(mut container: Value) -> Value {
     container
 }
 
-/// The quit policy a restart behaviour calls for.
-fn policy_for(doc: &Value, place: &Place) -> String {
-    let restart = match &place.restart {
-        Restart::Argo => return "never".into(),
+/// The restart policy the pod template inherits (a Kubeflow replica's
+/// overrides the pod's); `None` for an Argo step, which Argo ends itself.
+fn restart_policy(doc: &Value, place: &Place) -> Option<String> {
+    Some(match &place.restart {
+        Restart::Argo => return None,
         Restart::Replica(policy) => policy.clone().unwrap_or_else(|| "Never".into()),
         Restart::PodSpec(default) => text(get(doc, &place.spec).and_then(|s| s.get("restartPolicy")))
             .unwrap_or(default)
             .to_string(),
-    };
-    match restart.as_str() {
-        "OnFailure" => "on-success",
-        "Always" => "never",
-        _ => "always",
-    }
-    .into()
-}
-
-/// The meshwrap preset for a sidecar container's usual name (Istio's is
-/// meshwrap's default, so it needs none).
-fn preset_of(container: &str) -> Option<&'static str> {
-    Some(match container {
-        "linkerd-proxy" => "linkerd",
-        "cloud-sql-proxy" => "cloudsql",
-        "vault-agent" => "vault",
-        "daprd" => "dapr",
-        _ => return None,
     })
 }
 
 /// The op that gives the pod whose metadata is at `metadata` the status
-/// annotation `status`: into its annotations, a new annotations mapping, or
-/// new metadata; None when there is no place for metadata. A webhook's JSON
-/// Patch `add` of it also replaces a status already there.
+/// annotation `status` (see [`annotation_ops`]); None when there is no
+/// place for metadata. A webhook's JSON Patch `add` of it also replaces a
+/// status already there.
 pub fn status_op(doc: &Value, metadata: &[Seg], status: String) -> Option<Op> {
-    let mut annotations = serde_json::Map::new();
-    annotations.insert(STATUS.into(), Value::String(status));
+    annotation_ops(doc, metadata, vec![(STATUS.to_string(), status)])?.pop()
+}
+
+/// The ops that give the pod whose metadata is at `metadata` these
+/// annotations: into its annotations, as a new annotations mapping, or as
+/// new metadata; None when there is no place for metadata.
+fn annotation_ops(doc: &Value, metadata: &[Seg], entries: Vec<(String, String)>) -> Option<Vec<Op>> {
+    let map = |entries: Vec<(String, String)>| -> Value {
+        Value::Object(entries.into_iter().map(|(k, v)| (k, Value::String(v))).collect())
+    };
     Some(match get(doc, metadata) {
-        Some(Value::Object(m)) if m.get("annotations").is_some_and(Value::is_object) => Op::Add {
-            path: under(metadata, &[key("annotations")]),
-            key: STATUS.into(),
-            value: annotations.remove(STATUS)?,
-        },
-        Some(Value::Object(_)) => Op::Add {
+        Some(Value::Object(m)) if m.get("annotations").is_some_and(Value::is_object) => entries
+            .into_iter()
+            .map(|(key, value)| Op::Add {
+                path: under(metadata, &[crate::patch::key("annotations")]),
+                key,
+                value: Value::String(value),
+            })
+            .collect(),
+        Some(Value::Object(_)) => vec![Op::Add {
             path: metadata.to_vec(),
             key: "annotations".into(),
-            value: Value::Object(annotations),
-        },
+            value: map(entries),
+        }],
         _ => {
             let (parent, last) = metadata.split_at(metadata.len().saturating_sub(1));
             let Some(Seg::Key(field)) = last.first() else {
                 return None;
             };
-            Op::Add {
+            vec![Op::Add {
                 path: parent.to_vec(),
                 key: field.clone(),
-                value: json!({"annotations": annotations}),
-            }
+                value: json!({"annotations": map(entries)}),
+            }]
         }
     })
 }
@@ -251,15 +297,18 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
 fn decide<'a>(doc: &'a Value, place: &'a Place, opts: &Options) -> Result<(Pod<'a>, Decision<'a>), Outcome> {
     let pod = Pod::at(doc, place)?;
     refusal(&pod)?;
+    let found = meshes(&pod, opts);
+    native_instead(&pod, opts, &found)?;
     let candidates = candidates(&pod)?;
     already_wrapped(&candidates)?;
     let chosen = pick_container(&pod, &candidates)?;
     needs_command(&chosen)?;
-    let policy = quit_policy(&pod, opts)?;
+    let (policy, no_quit) = quit_policy(&pod, &chosen, opts)?;
     let (image, timeout) = settings(&pod, opts)?;
-    let mesh = mesh(&pod, &candidates, opts)?;
+    let mesh = mesh(&pod, &found, opts)?;
     let guard = policy != "never" && !mesh.native_only;
     conflicts(&pod, &chosen)?;
+    let switches = switches(&pod, &found, policy != "never");
     let podinfo = podinfo_volume(&chosen);
     let volumes = volumes(&pod, opts, &image, guard, &podinfo)?;
     Ok((
@@ -267,10 +316,12 @@ fn decide<'a>(doc: &'a Value, place: &'a Place, opts: &Options) -> Result<(Pod<'
         Decision {
             chosen,
             policy,
+            no_quit,
             image,
             timeout,
             mesh,
             guard,
+            switches,
             podinfo,
             volumes,
         },
@@ -323,22 +374,36 @@ struct Candidate<'a> {
     container: &'a Value,
 }
 
-/// The mesh decision: the preset to name, and whether the mesh's proxy is
-/// a native sidecar the kubelet stops by itself.
+/// The mesh decision: the presets to name on meshwrap's command line (none:
+/// meshwrap's own `--sidecar auto` reads the pod at run time), and whether
+/// every mesh's proxy is a native sidecar the kubelet stops by itself.
 #[derive(Debug, PartialEq)]
 struct Mesh {
-    sidecar: Option<String>,
+    sidecar: Vec<String>,
     native_only: bool,
+}
+
+/// What turns each mesh's quit on, and what is reported.
+#[derive(Debug, Default, PartialEq)]
+struct Switches {
+    /// Annotations to add to the pod.
+    annotations: Vec<(String, String)>,
+    /// Flags to add to a proxy container's args: (its path, the flags).
+    args: Option<(Path, Vec<&'static str>)>,
+    notes: Vec<String>,
 }
 
 /// Everything decided about one pod, for [`additions`].
 struct Decision<'a> {
     chosen: Candidate<'a>,
     policy: String,
+    /// Exit codes the kubelet restarts the container on (`--no-quit-on-exit`).
+    no_quit: Vec<(u8, u8)>,
     image: String,
     timeout: Option<String>,
     mesh: Mesh,
     guard: bool,
+    switches: Switches,
     /// The volume mounted at [`PODINFO_DIR`]: the pod's own, or meshwrap's.
     podinfo: String,
     volumes: Vec<Value>,
@@ -481,9 +546,16 @@ fn needs_command(chosen: &Candidate) -> Result<(), Outcome> {
     }
 }
 
-/// The quit policy: the annotation, then the option, then what the pod's
-/// restart behaviour calls for.
-fn quit_policy(pod: &Pod, opts: &Options) -> Result<String, Outcome> {
+/// The quit policy: the annotation, then the option, then what the
+/// container's restart behaviour calls for (its own restart policy over the
+/// pod's, and its restart rules); with the exit codes that restart it.
+fn quit_policy(pod: &Pod, chosen: &Candidate, opts: &Options) -> Result<(String, Vec<(u8, u8)>), Outcome> {
+    let (derived, no_quit) = match restart_policy(pod.doc, pod.place) {
+        None => ("never", Vec::new()),
+        Some(inherited) => restart::restarts(chosen.container, &inherited)
+            .map(|set| restart::quit_policy(&set))
+            .map_err(|why| skip("restart-rules", format!("container {}: {why}", chosen.name)))?,
+    };
     let policy = match pod
         .annotation(QUIT_POLICY)
         .map(str::to_string)
@@ -496,7 +568,7 @@ fn quit_policy(pod: &Pod, opts: &Options) -> Result<String, Outcome> {
                 format!("{QUIT_POLICY}: \"{p}\" is not always, on-success or never"),
             ));
         }
-        None => policy_for(pod.doc, pod.place),
+        None => derived.to_string(),
     };
     if pod.place.argo && policy != "never" {
         return Err(skip(
@@ -504,7 +576,7 @@ fn quit_policy(pod: &Pod, opts: &Options) -> Result<String, Outcome> {
             format!("quit policy {policy} on an Argo step: Argo stops the sidecars itself, so its steps take never"),
         ));
     }
-    Ok(policy)
+    Ok((policy, no_quit))
 }
 
 /// The image and the readiness timeout: annotations over options.
@@ -522,36 +594,183 @@ fn settings(pod: &Pod, opts: &Options) -> Result<(String, Option<String>), Outco
     Ok((image, timeout))
 }
 
-/// The mesh: a sidecar the pod spec already names (rather than one a mesh
-/// injects later) picks its preset; a native one (an init container that
-/// keeps running) is stopped by the kubelet, so meshwrap must not quit it
-/// and no guard is needed.
-fn mesh(pod: &Pod, candidates: &[Candidate], opts: &Options) -> Result<Mesh, Outcome> {
-    let native: Vec<&Value> = pod
-        .list("initContainers")
-        .iter()
-        .filter(|c| text(c.get("restartPolicy")) == Some("Always"))
-        .collect();
-    let regular_sidecar = candidates
-        .iter()
-        .any(|c| c.name != "wait" && KNOWN_SIDECARS.contains(&c.name.as_str()));
-    let native_only = !native.is_empty() && !regular_sidecar && !pod.place.argo;
-    let named = candidates
-        .iter()
-        .map(|c| c.name.as_str())
-        .chain(native.iter().filter_map(|c| text(c.get("name"))))
-        .find_map(preset_of);
-    let sidecar = pod
-        .annotation(SIDECAR)
-        .map(str::to_string)
-        .or(opts.sidecar.clone())
-        .or(named.map(str::to_string));
-    if let Some(s) = &sidecar
+/// The meshes of this pod, from its template and `--mesh`.
+fn meshes(pod: &Pod, opts: &Options) -> Vec<Found> {
+    let meta =
+        |field: &'static str| move |name: &str| text(pod.meta.and_then(|m| m.get(field)).and_then(|a| a.get(name)));
+    let (annotation, label) = (meta("annotations"), meta("labels"));
+    let template = mesh::Template {
+        annotation: &annotation,
+        label: &label,
+        containers: pod.list("containers"),
+        init_containers: pod.list("initContainers"),
+    };
+    mesh::find(&template, &opts.meshes)
+}
+
+/// The presets meshwrap is told about, and whether every mesh is native.
+/// Only a sidecar no annotation reveals is named (a Cloud SQL proxy the
+/// spec declares); an annotation or option naming one wins.
+fn mesh(pod: &Pod, found: &[Found], opts: &Options) -> Result<Mesh, Outcome> {
+    let native_only = !found.is_empty() && found.iter().all(|f| f.native) && !pod.place.argo;
+    let named = pod.annotation(SIDECAR).map(str::to_string).or(opts.sidecar.clone());
+    if let Some(s) = &named
         && let Err(e) = meshwrap::sidecar::preset::parse(s)
     {
         return Err(skip("bad-annotation", format!("{SIDECAR}: {e}")));
     }
+    let sidecar = match named {
+        Some(s) => vec![s],
+        None if found.iter().any(|f| f.kind == Kind::CloudSql) => vec!["auto".into(), "cloudsql".into()],
+        None => Vec::new(),
+    };
     Ok(Mesh { sidecar, native_only })
+}
+
+/// What each mesh needs for meshwrap's quit to work (when a quit is due):
+/// Linkerd's and Vault's quit endpoints are off unless the pod turns them
+/// on; a Cloud SQL proxy needs `--health-check` for its readiness and
+/// `--quitquitquit` for its quit; an Argo step's proxy may need Argo's
+/// kill command. A value the user set otherwise is reported, not changed.
+fn switches(pod: &Pod, found: &[Found], quits: bool) -> Switches {
+    let mut out = Switches::default();
+    for f in found.iter().filter(|f| !f.native) {
+        let facts = f.kind.facts();
+        if let (Some((key, value)), true) = (facts.quit_switch, quits) {
+            match pod.annotation(key) {
+                None => {
+                    out.annotations.push((key.into(), value.into()));
+                    out.notes
+                        .push(format!("set {key}: {value}, which turns {}'s quit on", facts.name));
+                }
+                Some(v) if v == value => {}
+                Some(v) => out.notes.push(format!(
+                    "{key} is \"{v}\": left as set, so the {} proxy will refuse meshwrap's quit",
+                    facts.name
+                )),
+            }
+        }
+        if pod.place.argo {
+            argo_kill(pod, facts, &mut out);
+        }
+        if f.kind == Kind::CloudSql {
+            cloudsql_args(pod, quits, &mut out);
+        }
+    }
+    out
+}
+
+/// Argo stops an injected proxy with `kill` through `/bin/sh`, which
+/// distroless proxy images lack: Argo's docs give each mesh's command.
+fn argo_kill(pod: &Pod, facts: &mesh::Facts, out: &mut Switches) {
+    let key = format!("{ARGO_KILL}{}", facts.proxy);
+    match (facts.argo_kill, pod.annotation(&key)) {
+        (_, Some(_)) => {}
+        (Some(command), None) => {
+            out.notes
+                .push(format!("set {key}, so Argo can stop {} without a shell", facts.proxy));
+            out.annotations.push((key, command.into()));
+        }
+        (None, None) if matches!(facts.kind, Kind::Dapr | Kind::CloudSql) => out.notes.push(format!(
+            "Argo stops {} through /bin/sh, which its image lacks: give it {key} or make it a native sidecar",
+            facts.proxy
+        )),
+        (None, None) => {}
+    }
+}
+
+/// The Cloud SQL proxy's missing flags, added to its args.
+fn cloudsql_args(pod: &Pod, quits: bool, out: &mut Switches) {
+    let all = [pod.list("containers"), pod.list("initContainers")];
+    let Some((index, field, proxy)) = all
+        .iter()
+        .zip(["containers", "initContainers"])
+        .find_map(|(list, field)| {
+            list.iter()
+                .position(|c| {
+                    text(c.get("name")) == Some("cloud-sql-proxy")
+                        || text(c.get("image")).is_some_and(|i| i.contains("cloud-sql-proxy"))
+                })
+                .map(|i| (i, field, &list[i]))
+        })
+    else {
+        return;
+    };
+    let (mut add, against) = mesh::cloudsql_flags(proxy);
+    add.retain(|flag| quits || *flag != "--quitquitquit");
+    for flag in against {
+        out.notes.push(format!(
+            "the Cloud SQL proxy has {flag}: left as set, so it will refuse meshwrap's quit"
+        ));
+    }
+    if !add.is_empty() {
+        out.notes
+            .push(format!("added {} to the Cloud SQL proxy's args", add.join(" ")));
+        out.args = Some((under(&pod.place.spec, &[key(field), Seg::Index(index)]), add));
+    }
+}
+
+/// `--native`: where every mesh of the pod has a per-pod native switch, set
+/// those switches instead of wrapping (an `Outcome::Native` as the early
+/// answer); refuse a mesh without one unless the wrapper is the fallback.
+fn native_instead(pod: &Pod, opts: &Options, found: &[Found]) -> Result<(), Outcome> {
+    let mode = match pod.annotation(NATIVE) {
+        Some(v) => Native::parse(v).ok_or_else(|| {
+            skip(
+                "bad-annotation",
+                format!("{NATIVE}: \"{v}\" is not true, prefer or false"),
+            )
+        })?,
+        None => opts.native,
+    };
+    let fallback = mode == Native::Prefer;
+    let lacking: Vec<&str> = found
+        .iter()
+        .filter(|f| !f.native && f.kind.facts().native_keys.is_empty())
+        .map(|f| f.kind.facts().name)
+        .collect();
+    match (mode, found.is_empty(), lacking.is_empty()) {
+        (Native::Off, ..) => return Ok(()),
+        (_, true, _) | (_, _, false) if fallback => return Ok(()),
+        (_, true, _) => {
+            return Err(skip(
+                "native",
+                "native: no mesh found for the pod to switch; name it with --mesh",
+            ));
+        }
+        (_, _, false) => {
+            return Err(skip(
+                "native",
+                format!(
+                    "native: {} has no per-pod native switch; wrap it instead ({NATIVE}: prefer falls back to the wrapper)",
+                    lacking.join(", ")
+                ),
+            ));
+        }
+        _ => {}
+    }
+    Err(native_switches(pod, found))
+}
+
+/// The annotations that make every found mesh's proxy native, and the status.
+fn native_switches(pod: &Pod, found: &[Found]) -> Outcome {
+    let mut entries = Vec::new();
+    for f in found.iter().filter(|f| !f.native) {
+        for key in f.kind.facts().native_keys {
+            if pod.annotation(key).is_none() {
+                entries.push((key.to_string(), "true".to_string()));
+            }
+        }
+    }
+    let names: Vec<&str> = found.iter().map(|f| f.kind.facts().name).collect();
+    entries.push((STATUS.into(), json!({"version": VERSION, "native": names}).to_string()));
+    match annotation_ops(pod.doc, &pod.place.metadata, entries) {
+        Some(ops) => Outcome::Native {
+            meshes: names.join(", "),
+            ops,
+        },
+        None => skip("no-metadata", "no place for the pod's metadata"),
+    }
 }
 
 /// What must not be in the way: mounts at meshwrap's directories and
@@ -628,10 +847,13 @@ fn volumes(pod: &Pod, opts: &Options, image: &str, guard: bool, podinfo: &str) -
 /// meshwrap's flags, shared by the wrapped command and the guard.
 fn flags(d: &Decision) -> Vec<String> {
     let mut flags = vec!["--quit-policy".to_string(), d.policy.clone()];
+    if !d.no_quit.is_empty() {
+        flags.extend(["--no-quit-on-exit".into(), restart::flag(&d.no_quit)]);
+    }
     if d.guard {
         flags.extend(["--guard-dir".into(), GUARD_DIR.into()]);
     }
-    if let Some(s) = &d.mesh.sidecar {
+    for s in &d.mesh.sidecar {
         flags.extend(["--sidecar".into(), s.clone()]);
     }
     if d.mesh.native_only {
@@ -686,6 +908,16 @@ fn additions(pod: &Pod, d: &Decision, opts: &Options) -> Outcome {
         );
     }
     put(doc, &place.volumes, "volumes", false, d.volumes.clone(), &mut ops);
+    if let Some((proxy, flags)) = &d.switches.args {
+        put(
+            doc,
+            proxy,
+            "args",
+            false,
+            flags.iter().map(|f| json!(f)).collect(),
+            &mut ops,
+        );
+    }
     let status = json!({
         "version": VERSION,
         "container": d.chosen.name,
@@ -694,15 +926,26 @@ fn additions(pod: &Pod, d: &Decision, opts: &Options) -> Outcome {
         "delivery": opts.delivery.name(),
     })
     .to_string();
-    match status_op(doc, &place.metadata, status) {
-        Some(op) => ops.push(op),
+    let mut annotations = d.switches.annotations.clone();
+    annotations.push((STATUS.into(), status));
+    match annotation_ops(doc, &place.metadata, annotations) {
+        Some(more) => ops.extend(more),
         None => return skip("no-metadata", "no place for the pod's metadata"),
+    }
+    let mut notes = d.switches.notes.clone();
+    if !d.no_quit.is_empty() {
+        let codes = restart::flag(&d.no_quit);
+        notes.insert(
+            0,
+            format!("--no-quit-on-exit {codes}: the kubelet restarts the container on those"),
+        );
     }
     Outcome::Injected {
         container: d.chosen.name.clone(),
         policy: d.policy.clone(),
         guard: d.guard,
         ops,
+        notes,
     }
 }
 

@@ -254,6 +254,7 @@ fn decide(pod: &Value, settings: &Settings, decision: &mut Decision) -> Vec<Valu
             policy,
             guard,
             ops,
+            notes,
         } => {
             decision.outcome = "injected";
             decision.code = "injected";
@@ -261,7 +262,17 @@ fn decide(pod: &Value, settings: &Settings, decision: &mut Decision) -> Vec<Valu
                 "container {container}, quit policy {policy}{}",
                 if guard { ", with the guard" } else { "" }
             );
+            for note in notes {
+                decision.reason.push_str("; ");
+                decision.reason.push_str(&note);
+            }
             decision.container = Some(container);
+            json_patch(&ops)
+        }
+        Outcome::Native { meshes, ops } => {
+            decision.outcome = "injected";
+            decision.code = "native";
+            decision.reason = format!("native: annotated, not wrapped ({meshes})");
             json_patch(&ops)
         }
         Outcome::Unchanged(why) => {
