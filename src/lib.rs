@@ -287,7 +287,12 @@ pub async fn guard(config: &Config, signals: &mut Signals) -> u8 {
         Err(e) => return guard_failed(dir, e),
     };
     match watch
-        .until_over(config.quit_policy, config.start_timeout, signals)
+        .until_over(
+            config.quit_policy,
+            &config.no_quit_on_exit,
+            config.start_timeout,
+            signals,
+        )
         .await
     {
         Ok(guard::watch::Outcome::Nothing) => {}

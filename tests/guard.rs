@@ -217,6 +217,31 @@ fn on_success_a_failed_run_waits_for_the_restart() {
 }
 
 #[test]
+fn an_exit_code_the_kubelet_restarts_on_waits_for_the_restart() {
+    let sidecar = FakeSidecar::ready();
+    let dir = guard_dir();
+    let rules = ["--no-quit-on-exit", "42,137"];
+    let mut guard = guard(&sidecar, &dir, &rules);
+    let run = |code: &str| {
+        wrapped_in(&sidecar, &dir)
+            .args(rules)
+            .args(["--", "sh", "-c", &format!("exit {code}")])
+            .run()
+    };
+    run("42").assert_code(42);
+    guard.wait_stderr("--no-quit-on-exit); waiting for the restarted container's run");
+    assert_eq!(sidecar.quits(), 0, "exit 42 restarts the container: no quit");
+    // A group kill ends the container with 137, which restarts it too.
+    let killed = wrapped_sleeper(&sidecar, &dir, &rules);
+    group_kill(&killed);
+    guard.wait_stderr("generation=2");
+    assert_eq!(sidecar.quits(), 0, "a kill restarts the container: no quit");
+    run("0").assert_code(0);
+    guard.finish().assert_code(0);
+    assert_eq!(sidecar.quits(), 1, "the restarted run's own quit");
+}
+
+#[test]
 fn sigterm_ends_the_guard_at_once_without_a_quit() {
     let sidecar = FakeSidecar::ready();
     let dir = guard_dir();

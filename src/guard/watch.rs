@@ -84,6 +84,7 @@ impl<'d> Watch<'d> {
     pub async fn until_over(
         &mut self,
         policy: QuitPolicy,
+        no_quit: &[(u8, u8)],
         start_timeout: Option<Duration>,
         signals: &mut Signals,
     ) -> io::Result<Outcome> {
@@ -107,7 +108,7 @@ impl<'d> Watch<'d> {
                             )
                         );
                     }
-                    match decide(&record) {
+                    match decide(&record, no_quit) {
                         Some(outcome) => return Ok(outcome),
                         None => {
                             // The kubelet restarts the container: the same bound
@@ -166,9 +167,25 @@ fn judge(dir: &Path, judged: u64) -> io::Result<Verdict> {
 }
 
 /// What a finished or killed run leaves to do; `None`: wait for the next run.
-fn decide(record: &Record) -> Option<Outcome> {
+/// `no_quit`: exit codes on which the kubelet restarts the container.
+fn decide(record: &Record, no_quit: &[(u8, u8)]) -> Option<Outcome> {
     let generation = record.generation;
     let code = record.exit.map_or_else(|| "exec".to_string(), |c| c.to_string());
+    // A group kill ends the container with 137 (SIGKILL).
+    let exit = if record.phase == Phase::Done {
+        record.exit
+    } else {
+        Some(137)
+    };
+    if exit.is_some_and(|c| no_quit.iter().any(|&(low, high)| (low..=high).contains(&c))) {
+        log!(
+            Info,
+            "guard: the kubelet restarts the container on this exit code (--no-quit-on-exit); waiting for the restarted container's run",
+            generation = generation,
+            code = exit.unwrap_or_default()
+        );
+        return None;
+    }
     match (record.phase, record.policy) {
         (Phase::Done, QuitPolicy::OnSuccess) if record.exit.is_some_and(|c| c != 0) => {
             log!(
