@@ -137,7 +137,7 @@ fn the_examples_are_what_inject_makes_of_their_unwrapped_sources() {
             sources.push((dir, entry.unwrap().path()));
         }
     }
-    assert_eq!(sources.len(), 5);
+    assert_eq!(sources.len(), 9);
     for (dir, source) in sources {
         let input = std::fs::read_to_string(&source).unwrap();
         let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "--strict", "-f", "-"], &input);
