@@ -113,10 +113,22 @@ pub struct Webhook {
     /// The webhook's own namespace, never wrapped (kube-system never is either)
     #[arg(long, value_name = "NAME", env = "MESHWRAP_NAMESPACE", default_value = NAMESPACE)]
     pub namespace: String,
-    /// How long a client may take over its TLS handshake, headers or body
+    /// How long a client may take over its TLS handshake, or a request from its first byte to its answer's write
     #[arg(long = "client-timeout", value_name = "DURATION", env = "MESHWRAP_CLIENT_TIMEOUT",
           default_value = "10s", value_parser = positive_duration)]
     pub client_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request (above Go's 90s, so the API server closes first)
+    #[arg(long = "idle-timeout", value_name = "DURATION", env = "MESHWRAP_IDLE_TIMEOUT",
+          default_value = "120s", value_parser = positive_duration)]
+    pub idle_timeout: Duration,
+    /// Connections open at once; above it a new one is closed at accept (about 40 KB each)
+    #[arg(long = "max-connections", value_name = "N", env = "MESHWRAP_MAX_CONNECTIONS",
+          default_value = "512", value_parser = at_least_one)]
+    pub max_connections: usize,
+    /// TLS handshakes under way at once; above it a new connection is closed at accept
+    #[arg(long = "max-handshakes", value_name = "N", env = "MESHWRAP_MAX_HANDSHAKES",
+          default_value = "64", value_parser = at_least_one)]
+    pub max_handshakes: usize,
     /// After SIGTERM, how long to keep serving (not ready) while the Service's endpoints update
     #[arg(long = "shutdown-delay", value_name = "DURATION", env = "MESHWRAP_SHUTDOWN_DELAY",
           default_value = "5s", value_parser = any_duration)]
@@ -165,6 +177,13 @@ fn positive_duration(s: &str) -> Result<Duration, String> {
             Ok(d)
         }
     })
+}
+
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("a whole number of at least 1, such as 512".into()),
+    }
 }
 
 fn sidecar(s: &str) -> Result<String, String> {

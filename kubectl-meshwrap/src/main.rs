@@ -62,6 +62,9 @@ fn main() {
                 tls_cert,
                 tls_key,
                 client_timeout: args.client_timeout,
+                idle_timeout: args.idle_timeout,
+                max_connections: args.max_connections,
+                max_handshakes: args.max_handshakes,
                 shutdown_delay: args.shutdown_delay,
                 drain_timeout: args.drain_timeout,
                 settings: admission::Settings {
