@@ -143,9 +143,20 @@ pub struct Webhook {
 
 #[derive(Args, Debug)]
 pub struct Manifests {
-    /// The namespace to install the webhook into
-    #[arg(long, value_name = "NAME", env = "MESHWRAP_NAMESPACE", default_value = NAMESPACE)]
+    /// The namespace to install the webhook into (not a system namespace, nor default)
+    #[arg(long, value_name = "NAME", env = "MESHWRAP_NAMESPACE", default_value = NAMESPACE,
+          value_parser = namespace_name)]
     pub namespace: String,
+    /// Print the Namespace object too (always for the default one): the tool then owns it and labels it PSA restricted
+    #[arg(long = "create-namespace", env = "MESHWRAP_CREATE_NAMESPACE")]
+    pub create_namespace: bool,
+    /// With --self-signed: the CA the webhook serves with now (PEM, its Secret's ca.crt), trusted beside the new one
+    #[arg(long = "previous-ca", value_name = "FILE", env = "MESHWRAP_PREVIOUS_CA")]
+    pub previous_ca: Option<PathBuf>,
+    /// The cluster's pod network (repeatable): print a NetworkPolicy that admits the webhook's port only from outside it
+    #[arg(long = "pod-cidr", value_name = "CIDR", env = "MESHWRAP_POD_CIDR", value_delimiter = ',',
+          value_parser = pod_cidr)]
+    pub pod_cidrs: Vec<String>,
     /// The webhook's own image (kubectl-meshwrap)
     #[arg(long = "webhook-image", value_name = "IMAGE", env = "MESHWRAP_WEBHOOK_IMAGE")]
     pub webhook_image: Option<String>,
@@ -177,6 +188,14 @@ fn positive_duration(s: &str) -> Result<Duration, String> {
             Ok(d)
         }
     })
+}
+
+fn namespace_name(s: &str) -> Result<String, String> {
+    crate::manifests::check_namespace(s).map(|()| s.to_string())
+}
+
+fn pod_cidr(s: &str) -> Result<String, String> {
+    crate::manifests::check_cidr(s).map(|_| s.to_string())
 }
 
 fn at_least_one(s: &str) -> Result<usize, String> {
