@@ -161,8 +161,9 @@ fn every_manifest_wraps_its_command_with_flags_meshwrap_accepts() {
         checked += 1;
     }
     assert_eq!(
-        checked, 5,
-        "the five manifests: two Jobs (guarded, native sidecar), TFJob, PyTorchJob, Argo Workflow"
+        checked, 9,
+        "the nine manifests: six Jobs (Istio, native sidecar, Linkerd, Vault, Istio and Vault, native fluent-bit), \
+         TFJob, PyTorchJob, Argo Workflow"
     );
 }
 
@@ -311,8 +312,9 @@ fn every_pod_that_quits_its_sidecar_has_a_guard_with_the_same_options() {
         }
     }
     assert_eq!(
-        guarded, 4,
-        "the Job, the TFJob worker, the PyTorchJob master and worker"
+        guarded, 8,
+        "the Istio, Linkerd, Vault, Istio and Vault, and fluent-bit Jobs, the TFJob worker, the PyTorchJob master \
+         and worker"
     );
 }
 

@@ -385,3 +385,59 @@ fn without_inotify_the_guard_looks_every_50ms_and_still_quits() {
         .assert_stderr_has("quitting the sidecar in its place");
     assert_eq!(sidecar.quits(), 1);
 }
+
+/// A guard directory as a run leaves it once meshwrap is gone: a lock no
+/// one holds, and `state` (a record, or a directory to make reading it fail).
+fn left_behind(state: Option<&str>) -> PathBuf {
+    let dir = guard_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("lock"), "").unwrap();
+    match state {
+        Some(record) => std::fs::write(dir.join("state"), record).unwrap(),
+        None => std::fs::create_dir(dir.join("state")).unwrap(),
+    }
+    dir
+}
+
+#[test]
+fn a_record_with_a_key_this_guard_does_not_know_is_still_judged() {
+    // A newer meshwrap beside this guard (version skew) writes a key it has never seen.
+    let sidecar = FakeSidecar::ready();
+    let dir = left_behind(Some(
+        "generation=1\nphase=running\npolicy=always\nready=true\nfrom-the-future=1\n",
+    ));
+    let run = guard(&sidecar, &dir, &[]).finish();
+    run.assert_code(0)
+        .assert_stderr_has("quitting the sidecar in its place");
+    assert_eq!(sidecar.quits(), 1);
+}
+
+#[test]
+fn a_read_error_that_passes_is_retried_and_the_quit_still_goes_out() {
+    let sidecar = FakeSidecar::ready();
+    let dir = left_behind(None);
+    let mut running = guard(&sidecar, &dir, &[]);
+    running.wait_stderr("cannot read --guard-dir; looking every 50ms");
+    // The record becomes readable (renamed into place, as meshwrap writes it).
+    std::fs::remove_dir(dir.join("state")).unwrap();
+    std::fs::write(
+        dir.join(".state.tmp"),
+        "generation=1\nphase=running\npolicy=always\nready=true\n",
+    )
+    .unwrap();
+    std::fs::rename(dir.join(".state.tmp"), dir.join("state")).unwrap();
+    let run = running.finish();
+    run.assert_code(0)
+        .assert_stderr_has("quitting the sidecar in its place");
+    assert_eq!(sidecar.quits(), 1);
+}
+
+#[test]
+fn a_read_error_that_lasts_ends_the_guard_with_exit_0_and_no_quit() {
+    let sidecar = FakeSidecar::ready();
+    let dir = left_behind(None);
+    let run = guard(&sidecar, &dir, &[]).finish();
+    run.assert_code(0)
+        .assert_stderr_has("after 5s exiting 0 without a quit");
+    assert_eq!(sidecar.quits(), 0);
+}

@@ -481,6 +481,9 @@ fn everything_manifests_prints_validates_against_the_upstream_schema() {
                 ("policy/v1", "PodDisruptionBudget") => {
                     swagger_checks(&kind, "io.k8s.api.policy.v1.PodDisruptionBudget")
                 }
+                ("networking.k8s.io/v1", "NetworkPolicy") => {
+                    swagger_checks(&kind, "io.k8s.api.networking.v1.NetworkPolicy")
+                }
                 ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => swagger_checks(
                     &kind,
                     "io.k8s.api.admissionregistration.v1.MutatingWebhookConfiguration",

@@ -123,10 +123,22 @@ pub struct Webhook {
     /// The webhook's own namespace, never wrapped (kube-system never is either)
     #[arg(long, value_name = "NAME", env = "MESHWRAP_NAMESPACE", default_value = NAMESPACE)]
     pub namespace: String,
-    /// How long a client may take over its TLS handshake, headers or body
+    /// How long a client may take over its TLS handshake, or a request from its first byte to its answer's write
     #[arg(long = "client-timeout", value_name = "DURATION", env = "MESHWRAP_CLIENT_TIMEOUT",
           default_value = "10s", value_parser = positive_duration)]
     pub client_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request (above Go's 90s, so the API server closes first)
+    #[arg(long = "idle-timeout", value_name = "DURATION", env = "MESHWRAP_IDLE_TIMEOUT",
+          default_value = "120s", value_parser = positive_duration)]
+    pub idle_timeout: Duration,
+    /// Connections open at once; above it a new one is closed at accept (about 40 KB each)
+    #[arg(long = "max-connections", value_name = "N", env = "MESHWRAP_MAX_CONNECTIONS",
+          default_value = "512", value_parser = at_least_one)]
+    pub max_connections: usize,
+    /// TLS handshakes under way at once; above it a new connection is closed at accept
+    #[arg(long = "max-handshakes", value_name = "N", env = "MESHWRAP_MAX_HANDSHAKES",
+          default_value = "64", value_parser = at_least_one)]
+    pub max_handshakes: usize,
     /// After SIGTERM, how long to keep serving (not ready) while the Service's endpoints update
     #[arg(long = "shutdown-delay", value_name = "DURATION", env = "MESHWRAP_SHUTDOWN_DELAY",
           default_value = "5s", value_parser = any_duration)]
@@ -141,9 +153,20 @@ pub struct Webhook {
 
 #[derive(Args, Debug)]
 pub struct Manifests {
-    /// The namespace to install the webhook into
-    #[arg(long, value_name = "NAME", env = "MESHWRAP_NAMESPACE", default_value = NAMESPACE)]
+    /// The namespace to install the webhook into (not a system namespace, nor default)
+    #[arg(long, value_name = "NAME", env = "MESHWRAP_NAMESPACE", default_value = NAMESPACE,
+          value_parser = namespace_name)]
     pub namespace: String,
+    /// Print the Namespace object too (always for the default one): the tool then owns it and labels it PSA restricted
+    #[arg(long = "create-namespace", env = "MESHWRAP_CREATE_NAMESPACE")]
+    pub create_namespace: bool,
+    /// With --self-signed: the CA the webhook serves with now (PEM, its Secret's ca.crt), trusted beside the new one
+    #[arg(long = "previous-ca", value_name = "FILE", env = "MESHWRAP_PREVIOUS_CA")]
+    pub previous_ca: Option<PathBuf>,
+    /// The cluster's pod network (repeatable): print a NetworkPolicy that admits the webhook's port only from outside it
+    #[arg(long = "pod-cidr", value_name = "CIDR", env = "MESHWRAP_POD_CIDR", value_delimiter = ',',
+          value_parser = pod_cidr)]
+    pub pod_cidrs: Vec<String>,
     /// The webhook's own image (kubectl-meshwrap)
     #[arg(long = "webhook-image", value_name = "IMAGE", env = "MESHWRAP_WEBHOOK_IMAGE")]
     pub webhook_image: Option<String>,
@@ -182,6 +205,21 @@ fn mesh(s: &str) -> Result<String, String> {
         Ok(s.to_string())
     } else {
         Err("auto, istio, linkerd, vault, dapr or cloudsql".into())
+    }
+}
+
+fn namespace_name(s: &str) -> Result<String, String> {
+    crate::manifests::check_namespace(s).map(|()| s.to_string())
+}
+
+fn pod_cidr(s: &str) -> Result<String, String> {
+    crate::manifests::check_cidr(s).map(|_| s.to_string())
+}
+
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("a whole number of at least 1, such as 512".into()),
     }
 }
 

@@ -62,6 +62,9 @@ fn main() {
                 tls_cert,
                 tls_key,
                 client_timeout: args.client_timeout,
+                idle_timeout: args.idle_timeout,
+                max_connections: args.max_connections,
+                max_handshakes: args.max_handshakes,
                 shutdown_delay: args.shutdown_delay,
                 drain_timeout: args.drain_timeout,
                 settings: admission::Settings {
@@ -78,10 +81,21 @@ fn main() {
                 );
                 std::process::exit(2);
             };
+            let previous_ca = match args.previous_ca.as_deref().map(manifests::read_previous_ca) {
+                None => None,
+                Some(Ok(text)) => Some(text),
+                Some(Err(e)) => {
+                    say(&e);
+                    std::process::exit(2);
+                }
+            };
             let request = manifests::Request {
                 namespace: args.namespace,
+                create_namespace: args.create_namespace,
                 webhook_image,
                 self_signed: args.self_signed,
+                previous_ca,
+                pod_cidrs: args.pod_cidrs,
                 options: args.pod.options(),
             };
             match manifests::render(&request) {

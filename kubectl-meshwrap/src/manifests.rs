@@ -14,7 +14,26 @@
 //! - the serving certificate comes from a CA (cert-manager's, or one made
 //!   here with `--self-signed`), so renewing the serving certificate never
 //!   changes the caBundle the API server trusts, and no request fails while
-//!   the two catch up with each other.
+//!   the two catch up with each other;
+//! - the tool creates (and labels PSA `restricted`) only a namespace it
+//!   owns: its default one, or any with `--create-namespace`. An existing
+//!   namespace named with `--namespace` is left as it is, and the system
+//!   namespaces (and `default`, whose pods the webhook would then never
+//!   wrap) are refused;
+//! - with `--pod-cidr`, a NetworkPolicy admits the webhook's port only from
+//!   outside the pod network, where the API server is; without it none is
+//!   printed, because where the API server's connections come from varies
+//!   (a host address on kubeadm, a konnectivity agent's pod on some managed
+//!   clusters, a VPC address that shares the pods' range on EKS), and a
+//!   policy that guessed wrong would block every wrapped pod's creation;
+//! - rotation never leaves the API server without trust. A second
+//!   `--self-signed` run makes a new CA; `--previous-ca` puts the CA the
+//!   pods serve with now into the caBundle beside the new one, so both the
+//!   old and the new serving certificate verify while the kubelet swaps the
+//!   Secret. With cert-manager, the CA's key is never rotated
+//!   (`rotationPolicy: Never`), so a reissued CA certificate has the same
+//!   subject and key, and serving certificates signed before it still
+//!   verify against the bundle the cainjector copies.
 
 use base64::Engine;
 use serde_json::{Value, json};
@@ -25,11 +44,59 @@ pub const NAME: &str = "meshwrap-webhook";
 const TLS_SECRET: &str = "meshwrap-webhook-tls";
 const PORT: u16 = 9443;
 
+/// Namespaces the webhook is never installed into: Kubernetes' own, and
+/// `default`, which its selectors would then exclude from wrapping.
+const REFUSED: [&str; 4] = ["kube-system", "kube-public", "kube-node-lease", "default"];
+
 pub struct Request {
     pub namespace: String,
+    /// Print the Namespace object (the tool owns the namespace).
+    pub create_namespace: bool,
     pub webhook_image: String,
     pub self_signed: bool,
+    /// PEM CAs to keep trusting beside a new `--self-signed` CA.
+    pub previous_ca: Option<String>,
+    /// The cluster's pod network(s), for the NetworkPolicy.
+    pub pod_cidrs: Vec<String>,
     pub options: Options,
+}
+
+/// The namespace's name, checked: a DNS label (what Kubernetes accepts)
+/// and not one of [`REFUSED`].
+pub fn check_namespace(name: &str) -> Result<(), String> {
+    if REFUSED.contains(&name) {
+        return Err(format!(
+            "{name} is refused: the webhook is never installed into a system namespace or default; choose its own, e.g. meshwrap-system"
+        ));
+    }
+    let label = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if label {
+        Ok(())
+    } else {
+        Err(
+            "a namespace name: 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
+                .into(),
+        )
+    }
+}
+
+/// A CIDR such as 10.244.0.0/16 or fd00::/48: (is IPv6, text).
+pub fn check_cidr(cidr: &str) -> Result<bool, String> {
+    let bad = || "a network in CIDR form, such as 10.244.0.0/16 or fd00:10:244::/56".to_string();
+    let (address, prefix) = cidr.split_once('/').ok_or_else(bad)?;
+    let address: std::net::IpAddr = address.parse().map_err(|_| bad())?;
+    let prefix: u8 = prefix.parse().map_err(|_| bad())?;
+    let max = if address.is_ipv6() { 128 } else { 32 };
+    if prefix == 0 || prefix > max {
+        return Err(bad());
+    }
+    Ok(address.is_ipv6())
 }
 
 fn base64(bytes: &[u8]) -> String {
@@ -88,52 +155,119 @@ fn env(name: &str, value: &str) -> Value {
     json!({"name": name, "value": value})
 }
 
-/// Every object, in the order `kubectl apply` should create them.
-pub fn objects(req: &Request) -> Result<Vec<Value>, String> {
-    let ns = req.namespace.as_str();
-    let labels = json!({"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "meshwrap"});
-    let meta = |name: &str| json!({"name": name, "namespace": ns, "labels": labels});
-    let mut out = vec![
-        json!({
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": ns, "labels": {
-                "pod-security.kubernetes.io/enforce": "restricted",
-                "app.kubernetes.io/part-of": "meshwrap"
-            }}
-        }),
-        json!({
-            "apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(NAME),
-            "automountServiceAccountToken": false
-        }),
-    ];
-
-    let mut ca_bundle = None;
-    if req.self_signed {
-        let (ca, cert, key) = self_signed(ns)?;
-        ca_bundle = Some(base64(ca.as_bytes()));
-        out.push(json!({
-            "apiVersion": "v1", "kind": "Secret", "metadata": meta(TLS_SECRET), "type": "kubernetes.io/tls",
-            "data": {"ca.crt": base64(ca.as_bytes()), "tls.crt": base64(cert.as_bytes()), "tls.key": base64(key.as_bytes())}
-        }));
-    } else {
-        let ecdsa = json!({"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"});
-        out.extend([
-            json!({"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": meta("meshwrap-selfsigned"),
-                   "spec": {"selfSigned": {}}}),
-            json!({"apiVersion": "cert-manager.io/v1", "kind": "Certificate", "metadata": meta("meshwrap-ca"),
-                   "spec": {"isCA": true, "commonName": "meshwrap webhook CA", "secretName": "meshwrap-ca",
-                            "duration": "87600h", "privateKey": ecdsa,
-                            "issuerRef": {"kind": "Issuer", "name": "meshwrap-selfsigned"}}}),
-            json!({"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": meta("meshwrap-ca"),
-                   "spec": {"ca": {"secretName": "meshwrap-ca"}}}),
-            json!({"apiVersion": "cert-manager.io/v1", "kind": "Certificate", "metadata": meta(NAME),
-                   "spec": {"secretName": TLS_SECRET, "dnsNames": dns_names(ns), "duration": "2160h",
-                            "renewBefore": "720h", "privateKey": ecdsa,
-                            "issuerRef": {"kind": "Issuer", "name": "meshwrap-ca"}}}),
-        ]);
+/// The bundle the API server trusts: the new CA, then each previous one
+/// (each checked to be a PEM certificate, and not repeated).
+fn ca_bundle(new_ca: &str, previous: Option<&str>) -> Result<String, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut bundle = new_ca.to_string();
+    let Some(previous) = previous else {
+        return Ok(bundle);
+    };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(previous.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("--previous-ca: {e}"))?;
+    if certs.is_empty() {
+        return Err(
+            "--previous-ca: no PEM certificate in it; give the CA the webhook serves with now (its Secret's ca.crt)"
+                .into(),
+        );
     }
+    for cert in certs {
+        let pem = pem_of(&cert);
+        if !bundle.contains(&pem) {
+            bundle.push_str(&pem);
+        }
+    }
+    Ok(bundle)
+}
 
-    let opts = &req.options;
+/// Reads `--previous-ca`.
+pub fn read_previous_ca(path: &std::path::Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("--previous-ca {}: {e}", path.display()))
+}
+
+fn pem_of(der: &[u8]) -> String {
+    let text = base64(der);
+    let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
+    for line in text.as_bytes().chunks(64) {
+        pem.push_str(std::str::from_utf8(line).unwrap_or_default());
+        pem.push('\n');
+    }
+    pem.push_str("-----END CERTIFICATE-----\n");
+    pem
+}
+
+/// What every object of the install carries.
+struct Common<'a> {
+    ns: &'a str,
+    labels: Value,
+}
+
+impl Common<'_> {
+    fn meta(&self, name: &str) -> Value {
+        json!({"name": name, "namespace": self.ns, "labels": self.labels})
+    }
+}
+
+fn namespace(ns: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": ns, "labels": {
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "app.kubernetes.io/part-of": "meshwrap"
+        }}
+    })
+}
+
+fn service_account(c: &Common) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "ServiceAccount", "metadata": c.meta(NAME),
+        "automountServiceAccountToken": false
+    })
+}
+
+/// The Secret of `--self-signed`, and the caBundle (base64) to trust it.
+fn self_signed_secret(c: &Common, previous_ca: Option<&str>) -> Result<(Value, String), String> {
+    let (ca, cert, key) = self_signed(c.ns)?;
+    let bundle = ca_bundle(&ca, previous_ca)?;
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": c.meta(TLS_SECRET), "type": "kubernetes.io/tls",
+        "data": {"ca.crt": base64(ca.as_bytes()), "tls.crt": base64(cert.as_bytes()), "tls.key": base64(key.as_bytes())}
+    });
+    Ok((secret, base64(bundle.as_bytes())))
+}
+
+/// cert-manager's chain: a self-signed Issuer, a CA whose key is kept
+/// across reissues, an Issuer of that CA, and the serving certificate.
+fn cert_manager(c: &Common) -> [Value; 4] {
+    let key = |rotation: &str| json!({"algorithm": "ECDSA", "size": 256, "rotationPolicy": rotation});
+    [
+        json!({"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": c.meta("meshwrap-selfsigned"),
+               "spec": {"selfSigned": {}}}),
+        json!({"apiVersion": "cert-manager.io/v1", "kind": "Certificate", "metadata": c.meta("meshwrap-ca"),
+               "spec": {"isCA": true, "commonName": "meshwrap webhook CA", "secretName": "meshwrap-ca",
+                        "duration": "87600h", "privateKey": key("Never"),
+                        "issuerRef": {"kind": "Issuer", "name": "meshwrap-selfsigned"}}}),
+        json!({"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": c.meta("meshwrap-ca"),
+               "spec": {"ca": {"secretName": "meshwrap-ca"}}}),
+        json!({"apiVersion": "cert-manager.io/v1", "kind": "Certificate", "metadata": c.meta(NAME),
+               "spec": {"secretName": TLS_SECRET, "dnsNames": dns_names(c.ns), "duration": "2160h",
+                        "renewBefore": "720h", "privateKey": key("Always"),
+                        "issuerRef": {"kind": "Issuer", "name": "meshwrap-ca"}}}),
+    ]
+}
+
+fn service(c: &Common) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": c.meta(NAME),
+        "spec": {"selector": {"app.kubernetes.io/name": NAME},
+                 "ports": [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]}
+    })
+}
+
+/// The webhook container's environment: its flags, and what reaches pods.
+fn webhook_env(opts: &Options) -> Vec<Value> {
     let mut envs = vec![
         env("MESHWRAP_TLS_CERT", "/tls/tls.crt"),
         env("MESHWRAP_TLS_KEY", "/tls/tls.key"),
@@ -151,14 +285,30 @@ pub fn objects(req: &Request) -> Result<Vec<Value>, String> {
             envs.push(env(name, v));
         }
     }
+    envs
+}
+
+fn container(req: &Request) -> Value {
     let probe = |path: &str| json!({"httpGet": {"path": path, "port": "https", "scheme": "HTTPS"}, "periodSeconds": 5, "timeoutSeconds": 2});
-    out.push(json!({
-        "apiVersion": "v1", "kind": "Service", "metadata": meta(NAME),
-        "spec": {"selector": {"app.kubernetes.io/name": NAME},
-                 "ports": [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]}
-    }));
-    out.push(json!({
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(NAME),
+    json!({
+        "name": "webhook",
+        "image": req.webhook_image,
+        "args": ["webhook"],
+        "env": webhook_env(&req.options),
+        "ports": [{"name": "https", "containerPort": PORT, "protocol": "TCP"}],
+        "readinessProbe": probe("/readyz"),
+        "livenessProbe": probe("/healthz"),
+        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"},
+                      "limits": {"cpu": "1", "memory": "64Mi"}},
+        "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+                            "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": true}]
+    })
+}
+
+fn deployment(c: &Common, req: &Request) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": c.meta(NAME),
         "spec": {
             "replicas": 2,
             "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
@@ -180,75 +330,134 @@ pub fn objects(req: &Request) -> Result<Vec<Value>, String> {
                         "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
                                             "labelSelector": {"matchLabels": {"app.kubernetes.io/name": NAME}}}
                     }]}},
-                    "containers": [{
-                        "name": "webhook",
-                        "image": req.webhook_image,
-                        "args": ["webhook"],
-                        "env": envs,
-                        "ports": [{"name": "https", "containerPort": PORT, "protocol": "TCP"}],
-                        "readinessProbe": probe("/readyz"),
-                        "livenessProbe": probe("/healthz"),
-                        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"},
-                                      "limits": {"cpu": "1", "memory": "64Mi"}},
-                        "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
-                                            "capabilities": {"drop": ["ALL"]}},
-                        "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": true}]
-                    }],
+                    "containers": [container(req)],
                     "volumes": [{"name": "tls", "secret": {"secretName": TLS_SECRET}}]
                 }
             }
         }
-    }));
-    out.push(json!({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(NAME),
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}}}
-    }));
+    })
+}
 
-    let never = json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [ns, "kube-system"]});
-    let webhook = |name: &str, namespaces: Value, objects: Value| {
-        let mut client = json!({"service": {"name": NAME, "namespace": ns, "path": "/mutate", "port": 443}});
-        if let Some(bundle) = &ca_bundle {
-            client["caBundle"] = json!(bundle);
+fn disruption_budget(c: &Common) -> Value {
+    json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": c.meta(NAME),
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}}}
+    })
+}
+
+/// Ingress to the webhook's port from anywhere but the pod network(s):
+/// the API server (and the kubelet's probes, which come from the node).
+fn network_policy(c: &Common, pod_cidrs: &[String]) -> Result<Value, String> {
+    let (mut v4, mut v6) = (Vec::new(), Vec::new());
+    for cidr in pod_cidrs {
+        if check_cidr(cidr).map_err(|e| format!("--pod-cidr {cidr}: {e}"))? {
+            v6.push(cidr.clone());
+        } else {
+            v4.push(cidr.clone());
         }
-        json!({
-            "name": name,
-            "admissionReviewVersions": ["v1"],
-            "clientConfig": client,
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                       "resources": ["pods"], "scope": "Namespaced"}],
-            "namespaceSelector": namespaces,
-            "objectSelector": objects,
-            "failurePolicy": "Fail",
-            "matchPolicy": "Equivalent",
-            "sideEffects": "None",
-            "timeoutSeconds": 5,
-            "reinvocationPolicy": "IfNeeded"
-        })
-    };
+    }
+    let mut from = Vec::new();
+    for (all, except) in [("0.0.0.0/0", v4), ("::/0", v6)] {
+        if !except.is_empty() {
+            from.push(json!({"ipBlock": {"cidr": all, "except": except}}));
+        }
+    }
+    Ok(json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": c.meta(NAME),
+        "spec": {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": from, "ports": [{"port": "https", "protocol": "TCP"}]}]
+        }
+    }))
+}
+
+/// One of the two webhooks: which pods it sees, and how it is reached.
+fn webhook(c: &Common, name: &str, ca_bundle: Option<&str>, namespaces: Value, objects: Value) -> Value {
+    let mut client = json!({"service": {"name": NAME, "namespace": c.ns, "path": "/mutate", "port": 443}});
+    if let Some(bundle) = ca_bundle {
+        client["caBundle"] = json!(bundle);
+    }
+    json!({
+        "name": name,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": client,
+        "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                   "resources": ["pods"], "scope": "Namespaced"}],
+        "namespaceSelector": namespaces,
+        "objectSelector": objects,
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "timeoutSeconds": 5,
+        "reinvocationPolicy": "IfNeeded"
+    })
+}
+
+fn webhook_configuration(c: &Common, ca_bundle: Option<&str>) -> Value {
+    let never = json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [c.ns, "kube-system"]});
     let mut configuration = json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": "meshwrap", "labels": labels},
+        "metadata": {"name": "meshwrap", "labels": c.labels},
         "webhooks": [
             // Every pod of a labelled namespace, but those that opt out.
             webhook(
+                c,
                 "namespace.inject.meshwrap.io",
+                ca_bundle,
                 json!({"matchExpressions": [
                     {"key": INJECT, "operator": "In", "values": ["enabled"]}, never.clone()]}),
                 json!({"matchExpressions": [{"key": INJECT, "operator": "NotIn", "values": ["false"]}]}),
             ),
             // A labelled pod in any other namespace.
             webhook(
+                c,
                 "pod.inject.meshwrap.io",
+                ca_bundle,
                 json!({"matchExpressions": [
                     {"key": INJECT, "operator": "NotIn", "values": ["enabled"]}, never]}),
                 json!({"matchLabels": {INJECT: "true"}}),
             ),
         ]
     });
-    if !req.self_signed {
-        configuration["metadata"]["annotations"] = json!({"cert-manager.io/inject-ca-from": format!("{ns}/{NAME}")});
+    if ca_bundle.is_none() {
+        configuration["metadata"]["annotations"] =
+            json!({"cert-manager.io/inject-ca-from": format!("{}/{NAME}", c.ns)});
     }
-    out.push(configuration);
+    configuration
+}
+
+/// Every object, in the order `kubectl apply` should create them.
+pub fn objects(req: &Request) -> Result<Vec<Value>, String> {
+    check_namespace(&req.namespace).map_err(|e| format!("--namespace {}: {e}", req.namespace))?;
+    if req.previous_ca.is_some() && !req.self_signed {
+        return Err(
+            "--previous-ca goes with --self-signed: cert-manager keeps its CA's key, so its bundle needs no help"
+                .into(),
+        );
+    }
+    let c = Common {
+        ns: &req.namespace,
+        labels: json!({"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "meshwrap"}),
+    };
+    let mut out = Vec::new();
+    if req.create_namespace || req.namespace == crate::cli::NAMESPACE {
+        out.push(namespace(c.ns));
+    }
+    out.push(service_account(&c));
+    let mut bundle = None;
+    if req.self_signed {
+        let (secret, ca) = self_signed_secret(&c, req.previous_ca.as_deref())?;
+        out.push(secret);
+        bundle = Some(ca);
+    } else {
+        out.extend(cert_manager(&c));
+    }
+    out.extend([service(&c), deployment(&c, req), disruption_budget(&c)]);
+    if !req.pod_cidrs.is_empty() {
+        out.push(network_policy(&c, &req.pod_cidrs)?);
+    }
+    out.push(webhook_configuration(&c, bundle.as_deref()));
     Ok(out)
 }
 
@@ -256,11 +465,21 @@ pub fn objects(req: &Request) -> Result<Vec<Value>, String> {
 /// reach pods.
 pub fn render(req: &Request) -> Result<String, String> {
     let objects = objects(req)?;
-    let header = format!(
+    let mut header = format!(
         "# meshwrap's admission webhook (kubectl-meshwrap {}), from `kubectl-meshwrap manifests`.\n\
          # Label a namespace meshwrap.io/inject=enabled, or a pod meshwrap.io/inject: \"true\".\n\
          # Per-pod annotations: {CONTAINER}, {QUIT_POLICY}, {IMAGE}, {TIMEOUT}, {SIDECAR}.\n",
         crate::transform::VERSION
     );
+    if req.pod_cidrs.is_empty() {
+        header.push_str(
+            "# No NetworkPolicy: with --pod-cidr (the cluster's pod network) one admits the webhook's port only from outside it.\n",
+        );
+    }
+    if req.self_signed {
+        header.push_str(
+            "# To rotate, run again with --previous-ca set to the Secret's ca.crt: the API server then trusts both CAs.\n",
+        );
+    }
     Ok(header + &crate::yaml::emit::documents(&objects))
 }

@@ -133,6 +133,15 @@ fn the_cert_manager_install_is_its_golden_and_safe_by_construction() {
     assert_eq!(pod["spec"]["terminationGracePeriodSeconds"], 30);
     assert_eq!(by_kind(&docs, "PodDisruptionBudget")[0]["spec"]["minAvailable"], 1);
 
+    // A reissued CA keeps its key, so serving certificates it signed before
+    // still verify; the serving key itself is rotated.
+    let certificates = by_kind(&docs, "Certificate");
+    assert_eq!(certificates[0]["spec"]["isCA"], true);
+    assert_eq!(certificates[0]["spec"]["privateKey"]["rotationPolicy"], "Never");
+    assert_eq!(certificates[1]["spec"]["privateKey"]["rotationPolicy"], "Always");
+    assert!(by_kind(&docs, "NetworkPolicy").is_empty());
+    assert!(run.stdout.contains("# No NetworkPolicy: with --pod-cidr"));
+
     let configuration = by_kind(&docs, "MutatingWebhookConfiguration")[0];
     assert_eq!(
         configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
@@ -180,6 +189,7 @@ fn self_signed_embeds_a_ca_bundle_that_reaches_the_webhook_serving_its_certifica
             "--self-signed",
             "--namespace",
             "mesh-tools",
+            "--create-namespace",
             "--image",
             IMAGE,
             "--webhook-image",
@@ -251,4 +261,170 @@ fn manifests_without_its_images_is_one_line_and_prints_nothing() {
         assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
         assert!(run.stderr.contains(says), "{}", run.stderr);
     }
+}
+
+fn manifests(extra: &[&str]) -> common::Run {
+    let mut args = vec!["manifests", "--image", IMAGE, "--webhook-image", WEBHOOK_IMAGE];
+    args.extend(extra);
+    kubectl_meshwrap(&args, "")
+}
+
+#[test]
+fn system_namespaces_and_bad_names_are_refused_with_one_line() {
+    for (namespace, says) in [
+        ("kube-system", "never installed into a system namespace or default"),
+        ("kube-public", "never installed into a system namespace or default"),
+        ("kube-node-lease", "never installed into a system namespace or default"),
+        ("default", "never installed into a system namespace or default"),
+        ("Mesh_Tools", "1 to 63 lowercase letters"),
+        ("-x", "1 to 63 lowercase letters"),
+    ] {
+        let flag = format!("--namespace={namespace}");
+        let run = manifests(&[&flag, "--self-signed"]);
+        assert_eq!(run.code, 2, "{namespace}: {}", run.stderr);
+        assert_eq!(run.stdout, "", "{namespace}");
+        assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+        assert!(
+            run.stderr.contains("--namespace") && run.stderr.contains(says),
+            "{namespace}: {}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn a_namespace_is_printed_only_when_the_tool_owns_it() {
+    let kinds = |run: &common::Run| -> Vec<String> {
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        documents(&run.stdout)
+            .iter()
+            .map(|d| d["kind"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // An existing namespace of the user's: not created, not relabelled.
+    let theirs = manifests(&["--namespace", "platform-tools"]);
+    assert!(!kinds(&theirs).contains(&"Namespace".to_string()));
+    assert!(theirs.stdout.contains("namespace: platform-tools"));
+    let owned = manifests(&["--namespace", "platform-tools", "--create-namespace"]);
+    let docs = documents(&owned.stdout);
+    assert_eq!(by_kind(&docs, "Namespace")[0]["metadata"]["name"], "platform-tools");
+    // The default namespace is the tool's own.
+    assert_eq!(kinds(&manifests(&[]))[0], "Namespace");
+}
+
+#[test]
+fn a_namespace_yaml_would_read_as_a_number_is_written_as_a_string() {
+    let run = manifests(&["--namespace", "0x10", "--create-namespace"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("name: \"0x10\"\n"), "{}", run.stdout);
+    assert!(!run.stdout.contains("namespace: 0x10"), "{}", run.stdout);
+    for doc in documents(&run.stdout) {
+        if let Some(ns) = doc["metadata"].get("namespace") {
+            assert_eq!(ns, "0x10");
+        }
+    }
+    let docs = documents(&run.stdout);
+    assert_eq!(by_kind(&docs, "Namespace")[0]["metadata"]["name"], "0x10");
+}
+
+#[test]
+fn with_pod_cidrs_a_network_policy_admits_the_port_only_from_outside_the_pod_network() {
+    let run = manifests(&["--pod-cidr", "10.244.0.0/16,fd00:10:244::/56"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stdout.contains("# No NetworkPolicy"));
+    check_golden("pod-cidr.yaml", &run.stdout);
+    let docs = documents(&run.stdout);
+    let policy = by_kind(&docs, "NetworkPolicy")[0];
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"],
+        "meshwrap-webhook"
+    );
+    let rule = &policy["spec"]["ingress"][0];
+    assert_eq!(rule["ports"], json!([{"port": "https", "protocol": "TCP"}]));
+    assert_eq!(
+        rule["from"],
+        json!([
+            {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.244.0.0/16"]}},
+            {"ipBlock": {"cidr": "::/0", "except": ["fd00:10:244::/56"]}}
+        ])
+    );
+    for bad in ["10.244.0.0", "10.244.0.0/33", "pods", "10.244.0.0/0"] {
+        let run = manifests(&["--pod-cidr", bad]);
+        assert_eq!(run.code, 2, "{bad}");
+        assert_eq!(run.stdout, "");
+        assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+        assert!(
+            run.stderr.contains("--pod-cidr") && run.stderr.contains("CIDR"),
+            "{}",
+            run.stderr
+        );
+    }
+}
+
+/// (CA, certificate, key, caBundle) of a --self-signed run, PEM.
+fn self_signed_run(extra: &[&str]) -> (String, String, String, String) {
+    let mut args = vec!["--self-signed"];
+    args.extend(extra);
+    let run = manifests(&args);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let docs = documents(&run.stdout);
+    let data = &by_kind(&docs, "Secret")[0]["data"];
+    let configuration = by_kind(&docs, "MutatingWebhookConfiguration")[0];
+    let bundle = b64(&configuration["webhooks"][0]["clientConfig"]["caBundle"]);
+    assert_eq!(bundle, b64(&configuration["webhooks"][1]["clientConfig"]["caBundle"]));
+    (
+        b64(&data["ca.crt"]),
+        b64(&data["tls.crt"]),
+        b64(&data["tls.key"]),
+        bundle,
+    )
+}
+
+#[test]
+fn a_self_signed_rotation_with_the_previous_ca_trusts_the_old_and_the_new_certificate() {
+    let (old_ca, old_cert, old_key, old_bundle) = self_signed_run(&[]);
+    assert_eq!(old_bundle, old_ca);
+    let dir = common::temp_dir("rotation");
+    let previous = dir.join("ca.crt");
+    std::fs::write(&previous, &old_ca).unwrap();
+    let (new_ca, new_cert, new_key, bundle) = self_signed_run(&["--previous-ca", previous.to_str().unwrap()]);
+    assert_ne!(new_ca, old_ca);
+    assert!(
+        bundle.starts_with(&new_ca) && bundle.contains(old_ca.trim()),
+        "{bundle}"
+    );
+    // The Secret carries the new CA alone.
+    assert!(!new_ca.contains(old_ca.trim()));
+
+    let name = "meshwrap-webhook.meshwrap-system.svc";
+    // A pod still serving the old certificate, and one serving the new:
+    // the rotated bundle reaches both; the old bundle alone, only the old.
+    let old = Webhook::start_with("rotation-old", &old_cert, &old_key, &[]);
+    let new = Webhook::start_with("rotation-new", &new_cert, &new_key, &[]);
+    for port in [old.port, new.port] {
+        let mut client = Client::connect_named(port, client_config(&bundle), name).unwrap();
+        assert_eq!(client.get("/healthz").unwrap().status, 200);
+    }
+    assert!(Client::connect_named(new.port, client_config(&old_bundle), name).is_err());
+
+    // What --previous-ca accepts.
+    std::fs::write(&previous, "not a certificate").unwrap();
+    let run = manifests(&["--self-signed", "--previous-ca", previous.to_str().unwrap()]);
+    assert_eq!((run.code, run.stdout.as_str()), (1, ""), "{}", run.stderr);
+    assert!(run.stderr.contains("--previous-ca"), "{}", run.stderr);
+    let run = manifests(&["--self-signed", "--previous-ca", "/nonexistent/ca.crt"]);
+    assert_eq!((run.code, run.stderr.lines().count()), (2, 1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("--previous-ca /nonexistent/ca.crt"),
+        "{}",
+        run.stderr
+    );
+    let run = manifests(&["--previous-ca", previous.to_str().unwrap()]);
+    assert!(
+        run.code != 0 && run.stderr.contains("--previous-ca goes with --self-signed"),
+        "{}",
+        run.stderr
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -11,6 +11,9 @@
 //! - a certificate rotated while requests run fails none of them;
 //! - 400, 413, 415, 404 and 405, each with its reason, and the server lives on;
 //! - a slowloris client is cut off, and others are served meanwhile;
+//! - above --max-connections or --max-handshakes a connection is closed at
+//!   accept and counted; a client that never reads its answers is cut off
+//!   by the request deadline; an idle keep-alive connection by --idle-timeout;
 //! - SIGTERM: not ready, requests in flight finish, exit 0;
 //! - metrics and one JSON log line per decision;
 //! - bad flags and bad certificates: one line, exit 2, nothing served.
@@ -611,6 +614,135 @@ fn a_slowloris_client_is_cut_off_and_others_are_served_meanwhile() {
     assert!(started.elapsed() < Duration::from_secs(8));
 }
 
+/// The value of the metric line that starts with `series `, from `client`.
+fn metric(client: &mut Client, series: &str) -> u64 {
+    let text = client.get("/metrics").unwrap().text();
+    let prefix = format!("{series} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn above_its_caps_a_connection_is_closed_at_accept_and_counted() {
+    let ca = Ca::new("caps CA");
+    let webhook = Webhook::start("caps", &ca, &["--max-connections", "3", "--max-handshakes", "1"]);
+    let mut watcher = webhook.client(&ca);
+    assert_eq!(watcher.get("/healthz").unwrap().status, 200);
+    // A TCP connection that never starts TLS holds the one handshake slot;
+    // the server accepts in order, so the next one finds it taken.
+    let silent = std::net::TcpStream::connect(("127.0.0.1", webhook.port)).unwrap();
+    assert!(webhook.client_result(&ca).is_err(), "a second handshake was let in");
+    assert_eq!(
+        metric(
+            &mut watcher,
+            "meshwrap_webhook_connections_shed_total{reason=\"max-handshakes\"}"
+        ),
+        1
+    );
+    assert_eq!(metric(&mut watcher, "meshwrap_webhook_handshakes"), 1);
+    assert_eq!(metric(&mut watcher, "meshwrap_webhook_connections"), 2);
+    // Its slot comes back once it is gone (the server sees its end).
+    drop(silent);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut second = loop {
+        match webhook.client_result(&ca) {
+            Ok(client) => break client,
+            Err(e) => assert!(Instant::now() < deadline, "the slot never came back: {e}"),
+        }
+    };
+    assert_eq!(second.get("/healthz").unwrap().status, 200);
+    let mut third = webhook.client(&ca);
+    assert_eq!(third.get("/healthz").unwrap().status, 200);
+    // Three open: the fourth is closed at accept.
+    assert!(webhook.client_result(&ca).is_err(), "a fourth connection was let in");
+    assert_eq!(
+        metric(
+            &mut watcher,
+            "meshwrap_webhook_connections_shed_total{reason=\"max-connections\"}"
+        ),
+        1
+    );
+    assert_eq!(metric(&mut watcher, "meshwrap_webhook_connections"), 3);
+    // The connections it kept still work.
+    post(&mut third, &load(&fixtures().join("job-pod.review.json")));
+}
+
+#[test]
+fn a_client_that_pipelines_and_never_reads_is_cut_off_by_the_request_deadline() {
+    let ca = Ca::new("no-read CA");
+    let webhook = Webhook::start("no-read", &ca, &["--client-timeout", "1s"]);
+    let mut reader = webhook.client(&ca);
+    assert_eq!(reader.get("/healthz").unwrap().status, 200);
+    let mut greedy = webhook.client(&ca);
+    // A write that blocks for 20 s means the server kept the connection.
+    greedy
+        .stream
+        .sock
+        .set_write_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let batch = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(1000);
+    let started = Instant::now();
+    let mut failed = None;
+    // Up to 150 MB of requests, far more than the socket buffers hold.
+    for _ in 0..4000 {
+        if let Err(e) = greedy.send_raw(&batch) {
+            failed = Some(e);
+            break;
+        }
+    }
+    let took = started.elapsed();
+    let error = failed.expect("150 MB of pipelined requests were all taken in");
+    assert!(
+        !matches!(
+            error.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "the server held the connection while its answers went unread: {error} after {took:?}"
+    );
+    assert!(took < Duration::from_secs(8), "held for {took:?}");
+    assert_eq!(
+        metric(
+            &mut reader,
+            "meshwrap_webhook_connections_timed_out_total{bound=\"request\"}"
+        ),
+        1
+    );
+    post(&mut reader, &load(&fixtures().join("job-pod.review.json")));
+}
+
+#[test]
+fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    let ca = Ca::new("idle CA");
+    let webhook = Webhook::start("idle", &ca, &["--idle-timeout", "1s", "--client-timeout", "30s"]);
+    let mut idle = webhook.client(&ca);
+    assert_eq!(idle.get("/healthz").unwrap().status, 200);
+    let started = Instant::now();
+    // The client's read times out after 20 s: a server that keeps the
+    // connection (hyper's header timer alone would, for 30 s) fails here.
+    let error = match idle.read_response() {
+        Ok(r) => panic!("an answer to no request: {}", r.status),
+        Err(e) => e,
+    };
+    let took = started.elapsed();
+    assert_eq!(
+        error.kind(),
+        std::io::ErrorKind::UnexpectedEof,
+        "{error} after {took:?}"
+    );
+    assert!(took < Duration::from_secs(8), "held for {took:?}");
+    let mut other = webhook.client(&ca);
+    assert_eq!(
+        metric(
+            &mut other,
+            "meshwrap_webhook_connections_timed_out_total{bound=\"idle\"}"
+        ),
+        1
+    );
+}
+
 #[test]
 fn sigterm_turns_readiness_off_finishes_requests_in_flight_and_exits_0() {
     let ca = Ca::new("drain CA");
@@ -742,6 +874,18 @@ fn bad_flags_and_bad_certificates_are_one_line_and_nothing_is_served() {
         (
             vec!["--tls-cert", c, "--tls-key", k, "--shutdown-delay", "soon"],
             "--shutdown-delay",
+        ),
+        (
+            vec!["--tls-cert", c, "--tls-key", k, "--max-connections", "0"],
+            "--max-connections",
+        ),
+        (
+            vec!["--tls-cert", c, "--tls-key", k, "--max-handshakes", "many"],
+            "--max-handshakes",
+        ),
+        (
+            vec!["--tls-cert", c, "--tls-key", k, "--idle-timeout", "0s"],
+            "--idle-timeout",
         ),
     ] {
         let mut all = vec!["webhook"];

@@ -116,7 +116,9 @@ impl Record {
         text
     }
 
-    /// Parses a record; `None` for anything meshwrap does not write.
+    /// Parses a record; `None` for anything meshwrap does not write. A key
+    /// it does not know is passed over: a newer meshwrap beside an older
+    /// guard (version skew) must not fail the pod.
     pub fn parse(text: &str) -> Option<Record> {
         let mut record = Record {
             generation: 0,
@@ -157,7 +159,7 @@ impl Record {
                         _ => return None,
                     })
                 }
-                _ => return None,
+                _ => {}
             }
             seen += u8::from(matches!(key, "generation" | "phase" | "policy"));
         }
@@ -250,5 +252,11 @@ mod tests {
         ] {
             assert_eq!(Record::parse(text), None, "{text:?}");
         }
+    }
+
+    #[test]
+    fn a_key_from_a_newer_meshwrap_is_passed_over() {
+        let record = Record::parse("generation=2\nphase=running\npolicy=never\nready=true\nsince=17\n").unwrap();
+        assert_eq!((record.generation, record.phase), (2, Phase::Running));
     }
 }

@@ -19,6 +19,11 @@
 //!   makes meshwrap wait (bounded), so the record judged is the one its
 //!   writer left behind when it exited.
 //! - **A record half-written.** Records are renamed into place whole.
+//! - **An I/O error on one look** (a record or lock briefly unreadable, an
+//!   inotify read that fails): the guard turns to looking every 50 ms, and
+//!   after 100 failed looks in a row gives up without a quit and exits 0,
+//!   like every other way it ends: a guard that exited non-zero would fail a
+//!   pod whose job succeeded.
 //! - **An event missed between a judgement and the next sleep.** inotify
 //!   queues events from the moment the watch exists, which is before the
 //!   first judgement, so every change after a judgement wakes the next sleep.
@@ -71,8 +76,10 @@ pub struct Watch<'d> {
 
 impl<'d> Watch<'d> {
     /// Creates the directory if needed and starts watching it.
+    /// A directory that cannot be created is not an error: the guard then
+    /// finds no run, and the start bound decides.
     pub fn new(dir: &'d Path) -> io::Result<Watch<'d>> {
-        std::fs::create_dir_all(dir)?;
+        let _ = std::fs::create_dir_all(dir);
         let events = Events::watch(dir);
         log!(Info, "guard: watching meshwrap's run", dir = &dir.display().to_string());
         Ok(Watch { dir, events })
@@ -92,8 +99,30 @@ impl<'d> Watch<'d> {
         // Runs up to this generation have been judged (a restart is awaited).
         let mut judged = 0;
         let mut bound = start_timeout.map(|t| Box::pin(tokio::time::sleep(t)));
+        let mut failures = 0;
         loop {
-            match judge(dir, judged)? {
+            let verdict = match judge(dir, judged) {
+                Ok(verdict) => {
+                    failures = 0;
+                    verdict
+                }
+                Err(e) => {
+                    if failures == 0 {
+                        log!(
+                            Warn,
+                            "guard: cannot read --guard-dir; looking every 50ms, and after 5s exiting 0 without a quit",
+                            error = &e.to_string()
+                        );
+                    }
+                    failures += 1;
+                    if failures > RETRIES {
+                        return Ok(Outcome::Nothing);
+                    }
+                    self.events = Events::Interval;
+                    Verdict::NotStarted
+                }
+            };
+            match verdict {
                 Verdict::NotStarted => {}
                 // A run under way is not bound; only a start is.
                 Verdict::Running => bound = None,
@@ -126,10 +155,12 @@ impl<'d> Watch<'d> {
                 }
             };
             tokio::select! {
-                result = self.events.changed() => result?,
+                result = self.events.changed() => if result.is_err() {
+                    self.events = Events::Interval;
+                },
                 () = expired => {
                     // A run may have begun as the bound ran out: judged again above.
-                    if let Verdict::NotStarted = judge(dir, judged)? {
+                    if let Ok(Verdict::NotStarted) = judge(dir, judged) {
                         return Ok(never_started(policy, start_timeout.unwrap_or_default()));
                     }
                 }
@@ -277,8 +308,10 @@ fn never_started(policy: QuitPolicy, bound: Duration) -> Outcome {
     }
 }
 
-/// How often the guard looks when inotify cannot be had.
+/// How often the guard looks when inotify cannot be had, or a look failed.
 const FALLBACK_INTERVAL: Duration = Duration::from_millis(50);
+/// Looks in a row that may fail before the guard gives up (5 s).
+const RETRIES: u32 = 100;
 
 /// What wakes the guard: inotify on the guard directory (files closed after
 /// writing, created, or renamed into it), or, where the node has no inotify

@@ -4,6 +4,11 @@
 //! namespace name, so the series stay few however many pods pass. Counting
 //! happens after the answer is built, under one short lock; a scrape reads a
 //! consistent copy.
+//!
+//! Connections have their own series: how many are open and how many are in
+//! their TLS handshake (gauges, read from the caps' counters at scrape
+//! time), how many were shed at accept and why, and how many were closed by
+//! a bound (the handshake's, a request's, or the idle one).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -22,6 +27,10 @@ struct Inner {
     buckets: [u64; BUCKETS.len()],
     count: u64,
     sum: f64,
+    /// Reason → connections closed at accept.
+    shed: BTreeMap<&'static str, u64>,
+    /// Bound → connections closed by it.
+    closed: BTreeMap<&'static str, u64>,
 }
 
 #[derive(Default)]
@@ -45,9 +54,30 @@ impl Metrics {
         m.sum += seconds;
     }
 
-    pub fn render(&self) -> String {
+    /// A connection closed at accept: above the handshake cap, or else the
+    /// connection cap.
+    pub fn shed(&self, handshakes: bool) {
+        let reason = if handshakes {
+            "max-handshakes"
+        } else {
+            "max-connections"
+        };
+        let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        *m.shed.entry(reason).or_default() += 1;
+    }
+
+    /// A connection closed because it ran out of `bound` (handshake,
+    /// request or idle).
+    pub fn closed(&self, bound: &'static str) {
+        let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        *m.closed.entry(bound).or_default() += 1;
+    }
+
+    /// The text format; `(open, handshaking)` are the connection gauges.
+    pub fn render(&self, (open, handshaking): (usize, usize)) -> String {
         let m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = String::new();
+        connections(&mut out, &m, open, handshaking);
         out.push_str("# HELP meshwrap_webhook_requests_total AdmissionReviews answered, by outcome and reason.\n");
         out.push_str("# TYPE meshwrap_webhook_requests_total counter\n");
         for ((outcome, reason), count) in &m.requests {
@@ -74,5 +104,34 @@ impl Metrics {
         let _ = writeln!(out, "meshwrap_webhook_request_duration_seconds_sum {}", m.sum);
         let _ = writeln!(out, "meshwrap_webhook_request_duration_seconds_count {}", m.count);
         out
+    }
+}
+
+fn connections(out: &mut String, m: &Inner, open: usize, handshaking: usize) {
+    out.push_str("# HELP meshwrap_webhook_connections Connections open, their handshakes included.\n");
+    out.push_str("# TYPE meshwrap_webhook_connections gauge\n");
+    let _ = writeln!(out, "meshwrap_webhook_connections {open}");
+    out.push_str("# HELP meshwrap_webhook_handshakes TLS handshakes under way.\n");
+    out.push_str("# TYPE meshwrap_webhook_handshakes gauge\n");
+    let _ = writeln!(out, "meshwrap_webhook_handshakes {handshaking}");
+    out.push_str("# HELP meshwrap_webhook_connections_shed_total Connections closed at accept, by the cap they met.\n");
+    out.push_str("# TYPE meshwrap_webhook_connections_shed_total counter\n");
+    for reason in ["max-connections", "max-handshakes"] {
+        let count = m.shed.get(reason).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "meshwrap_webhook_connections_shed_total{{reason=\"{reason}\"}} {count}"
+        );
+    }
+    out.push_str(
+        "# HELP meshwrap_webhook_connections_timed_out_total Connections closed by a bound: handshake, request or idle.\n",
+    );
+    out.push_str("# TYPE meshwrap_webhook_connections_timed_out_total counter\n");
+    for bound in ["handshake", "request", "idle"] {
+        let count = m.closed.get(bound).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "meshwrap_webhook_connections_timed_out_total{{bound=\"{bound}\"}} {count}"
+        );
     }
 }

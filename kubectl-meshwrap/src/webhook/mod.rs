@@ -3,10 +3,13 @@
 //!
 //! - [`admission`]: one AdmissionReview in, one out; pure.
 //! - [`server`]: HTTPS, routes, limits, timeouts and the drain.
+//! - [`limits`]: the caps on connections and handshakes, and each
+//!   connection's deadline.
 //! - [`tls`]: the serving certificate, reloaded when its files change.
 //! - [`metrics`] and [`log`]: what an operator reads.
 
 pub mod admission;
+pub mod limits;
 pub mod log;
 pub mod metrics;
 pub mod server;

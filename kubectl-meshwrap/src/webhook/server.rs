@@ -4,9 +4,13 @@
 //! With `failurePolicy: Fail`, a webhook that does not answer blocks pod
 //! creation, so every wait here is bounded and every error is an HTTP
 //! answer, never a crash:
-//! - a client that is slow to finish the TLS handshake, its headers or its
-//!   body (a slowloris, or a wedged peer) is cut off after
-//!   `--client-timeout`;
+//! - a client that is slow to finish the TLS handshake, or a request from
+//!   its first byte to the flush of its answer (a slowloris, a client that
+//!   never reads, a wedged peer), is cut off after `--client-timeout`; an
+//!   idle keep-alive connection after `--idle-timeout`;
+//! - above `--max-connections` open or `--max-handshakes` under way, a new
+//!   connection is closed at accept, so a flood costs CPU, not the memory
+//!   limit (see [`super::limits`]);
 //! - a body above the API server's own 3 MiB limit is refused (413) by its
 //!   Content-Length, or as soon as it grows past it, without being buffered;
 //! - SIGTERM turns `/readyz` to 503 first and keeps serving for
@@ -38,6 +42,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_rustls::TlsAcceptor;
 
 use super::admission::{self, MAX_BODY, Settings};
+use super::limits::{Deadline, Expired, Shed, Slot, Slots, Timed};
 use super::log;
 use super::metrics::Metrics;
 use super::tls::{Certificates, Reload};
@@ -51,6 +56,9 @@ pub struct Config {
     pub tls_cert: PathBuf,
     pub tls_key: PathBuf,
     pub client_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+    pub max_handshakes: usize,
     pub shutdown_delay: Duration,
     pub drain_timeout: Duration,
     pub settings: Settings,
@@ -61,7 +69,15 @@ struct State {
     metrics: Metrics,
     draining: AtomicBool,
     client_timeout: Duration,
+    idle_timeout: Duration,
+    slots: Arc<Slots>,
 }
+
+/// hyper's read and write buffers, each: a webhook's request headers are
+/// small, and a larger buffer would be held by every connection.
+const HTTP_BUFFER: usize = 16 * 1024;
+/// rustls's buffers of records not yet written, per connection.
+const TLS_BUFFER: usize = 32 * 1024;
 
 /// Runs the webhook until SIGTERM (or SIGINT) and its drain; the exit code.
 pub fn run(config: Config) -> i32 {
@@ -134,6 +150,8 @@ async fn serve(config: Config) -> i32 {
         metrics: Metrics::default(),
         draining: AtomicBool::new(false),
         client_timeout: config.client_timeout,
+        idle_timeout: config.idle_timeout,
+        slots: Slots::new(config.max_connections, config.max_handshakes),
     });
     let graceful = GracefulShutdown::new();
     let mut stop_at: Option<tokio::time::Instant> = None;
@@ -146,9 +164,16 @@ async fn serve(config: Config) -> i32 {
         };
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => {
-                    tokio::spawn(connection(tcp, acceptor.clone(), state.clone(), graceful.watcher()));
-                }
+                Ok((tcp, _)) => match state.slots.admit() {
+                    Ok(slots) => {
+                        tokio::spawn(connection(tcp, slots, acceptor.clone(), state.clone(), graceful.watcher()));
+                    }
+                    // Closed at once: the client sees its connection reset or ended.
+                    Err(why) => {
+                        state.metrics.shed(why == Shed::Handshakes);
+                        drop(tcp);
+                    }
+                },
                 // Out of descriptors, most likely: let some connections end.
                 Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
             },
@@ -210,23 +235,53 @@ async fn reload(certificates: Arc<Certificates>) {
     }
 }
 
-async fn connection(tcp: TcpStream, acceptor: TlsAcceptor, state: Arc<State>, watcher: Watcher) {
+async fn connection(
+    tcp: TcpStream,
+    (_open, handshake): (Slot, Slot),
+    acceptor: TlsAcceptor,
+    state: Arc<State>,
+    watcher: Watcher,
+) {
     let _ = tcp.set_nodelay(true);
-    let tls = match tokio::time::timeout(state.client_timeout, acceptor.accept(tcp)).await {
+    let mut tls = match tokio::time::timeout(state.client_timeout, acceptor.accept(tcp)).await {
         Ok(Ok(stream)) => stream,
         // A failed or too slow handshake: nothing to answer.
-        _ => return,
+        Ok(Err(_)) => return,
+        Err(_) => {
+            state.metrics.closed("handshake");
+            return;
+        }
     };
-    let timeout = state.client_timeout;
-    let service = service_fn(move |req| handle(req, state.clone()));
+    drop(handshake);
+    tls.get_mut().1.set_buffer_limit(Some(TLS_BUFFER));
+    let deadline = Deadline::new(state.client_timeout, state.idle_timeout);
+    let io = TokioIo::new(Timed::new(tls, deadline.clone()));
+    let (cycle, shared) = (deadline.clone(), state.clone());
+    let service = service_fn(move |req| {
+        let (state, cycle) = (shared.clone(), cycle.clone());
+        // A request buffered behind another begins its cycle here.
+        cycle.begin();
+        async move {
+            let answer = handle(req, &state).await;
+            cycle.answered();
+            answer
+        }
+    });
     let mut builder = http1::Builder::new();
+    // No header timer of hyper's: the deadline bounds the header, the body
+    // and the answer's write as one, and the idle time between requests.
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(timeout)
+        .max_buf_size(HTTP_BUFFER)
         .keep_alive(true);
-    let _ = watcher
-        .watch(builder.serve_connection(TokioIo::new(tls), service))
-        .await;
+    let served = watcher.watch(builder.serve_connection(io, service));
+    tokio::select! {
+        _ = served => {}
+        expired = deadline.expired() => {
+            // Dropping the connection closes it, whatever it was waiting for.
+            state.metrics.closed(if expired == Expired::Request { "request" } else { "idle" });
+        }
+    }
 }
 
 fn answer(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
@@ -242,7 +297,7 @@ fn plain(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
     answer(status, "text/plain; charset=utf-8", format!("{body}\n"))
 }
 
-async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(req: Request<Incoming>, state: &State) -> Result<Response<Full<Bytes>>, Infallible> {
     let started = Instant::now();
     Ok(match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => plain(StatusCode::OK, "ok"),
@@ -253,9 +308,9 @@ async fn handle(req: Request<Incoming>, state: Arc<State>) -> Result<Response<Fu
         (&Method::GET, "/metrics") => answer(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
-            state.metrics.render(),
+            state.metrics.render(state.slots.counts()),
         ),
-        (&Method::POST, "/mutate") => mutate(req, &state, started).await,
+        (&Method::POST, "/mutate") => mutate(req, state, started).await,
         (_, "/mutate") => plain(StatusCode::METHOD_NOT_ALLOWED, "POST an AdmissionReview to /mutate"),
         _ => plain(
             StatusCode::NOT_FOUND,

@@ -8,16 +8,50 @@
 
 use serde_json::Value;
 
+/// Whether `s` can be written plain: a conservative character set, no
+/// leading indicator, and nothing a YAML reader would resolve otherwise.
 fn plain(s: &str) -> bool {
-    let special = [
+    !non_string(s)
+        && !s.starts_with(['-', '.', '/', '+'])
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+}
+
+/// The one rule: whether a YAML 1.1 or 1.2 reader could resolve the plain
+/// scalar `s` to something other than a string (a null, a bool, a number in
+/// any base, an infinity or NaN, a timestamp, or the merge and value keys).
+/// It errs on the side of quoting.
+fn non_string(s: &str) -> bool {
+    const WORDS: [&str; 27] = [
         "", "~", "null", "Null", "NULL", "true", "True", "TRUE", "false", "False", "FALSE", "yes", "Yes", "YES", "no",
         "No", "NO", "on", "On", "ON", "off", "Off", "OFF", "y", "Y", "n", "N",
     ];
-    !special.contains(&s)
-        && s.parse::<f64>().is_err()
-        && !s.starts_with(['-', '.', '/', '+'])
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
-        && !s.chars().all(|c| c.is_ascii_digit() || "._-+".contains(c))
+    WORDS.contains(&s) || s == "<<" || s == "=" || number(s) || date(s)
+}
+
+/// Integers (decimal, 0x, 0o, 0b, YAML 1.1's leading-0 octal, `_`
+/// separators, `:` sexagesimal) and floats (`.5`, `1e3`, `.inf`, `.NaN`),
+/// signed or not.
+fn number(s: &str) -> bool {
+    let body = s.strip_prefix(['+', '-']).unwrap_or(s);
+    let lower = body.to_ascii_lowercase();
+    if matches!(lower.as_str(), ".inf" | ".nan") {
+        return true;
+    }
+    let radix = [("0x", 16), ("0o", 8), ("0b", 2)]
+        .into_iter()
+        .find_map(|(prefix, radix)| lower.strip_prefix(prefix).map(|digits| (digits, radix)));
+    if let Some((digits, radix)) = radix {
+        return !digits.is_empty() && digits.chars().all(|c| c == '_' || c.is_digit(radix));
+    }
+    body.starts_with(|c: char| c.is_ascii_digit() || c == '.')
+        && body.chars().any(|c| c.is_ascii_digit())
+        && body.chars().all(|c| c.is_ascii_digit() || "._:eE+-".contains(c))
+}
+
+/// YAML 1.1's timestamps begin with a four-digit year and a dash.
+fn date(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 5 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-'
 }
 
 fn scalar(v: &Value) -> String {
@@ -83,6 +117,79 @@ pub fn documents(values: &[Value]) -> String {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn what_a_yaml_reader_would_take_for_a_non_string_is_quoted() {
+        for s in [
+            "",
+            "~",
+            "null",
+            "NULL",
+            "true",
+            "False",
+            "yes",
+            "No",
+            "on",
+            "OFF",
+            "y",
+            "N",
+            "<<",
+            "=",
+            "0",
+            "10",
+            "-1",
+            "+1",
+            "1.5",
+            ".5",
+            "1e3",
+            "1E-3",
+            "1_000",
+            "0x10",
+            "0X1f",
+            "0o17",
+            "0b101",
+            "0b1_0",
+            "017",
+            "1:20",
+            ".inf",
+            "-.Inf",
+            ".NaN",
+            "2001-12-14",
+            "2001-12-14t21",
+            "12.",
+        ] {
+            assert!(super::non_string(s), "{s:?} would be read as a string?");
+            assert!(!super::plain(s), "{s:?} written plain");
+        }
+    }
+
+    #[test]
+    fn words_and_names_stay_plain() {
+        for s in [
+            "meshwrap-system",
+            "0x",
+            "0xg",
+            "0o8",
+            "0b2",
+            "87600h",
+            "32Mi",
+            "50m",
+            "e2e",
+            "v1",
+            "apps/v1",
+            "inf",
+            "nan",
+            "yesterday",
+            "onion",
+            "n1",
+            "x10",
+            "kubernetes.io/hostname",
+            "1a",
+        ] {
+            assert!(!super::non_string(s), "{s:?} is a string");
+        }
+        assert!(super::plain("0x") && super::plain("87600h") && super::plain("e2e"));
+    }
 
     #[test]
     fn what_it_writes_reads_back_as_the_same_json() {

@@ -155,6 +155,11 @@ impl Webhook {
         Client::connect(self.port, ca).unwrap()
     }
 
+    /// A connection, or why the server would not complete one.
+    pub fn client_result(&self, ca: &Ca) -> std::io::Result<Client> {
+        Client::connect(self.port, ca)
+    }
+
     pub fn log_lines(&self) -> Vec<Value> {
         self.log
             .lock()

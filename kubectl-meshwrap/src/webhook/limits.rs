@@ -1,0 +1,293 @@
+//! What one client can hold, and for how long: the caps on connections and
+//! on TLS handshakes in flight, and the deadline each connection lives by.
+//!
+//! With `failurePolicy: Fail`, a webhook that runs out of memory blocks pod
+//! creation cluster-wide, and any pod can dial it. So:
+//! - **Caps, checked at accept.** A connection that finished its handshake
+//!   and sent half a header costs about 36 KB, which the allocator keeps; a
+//!   handshake costs more, and CPU. Above `--max-connections` open, or
+//!   `--max-handshakes` under way, a new connection is closed as soon as it
+//!   is accepted (load shed, counted in `/metrics`), instead of being kept
+//!   until the memory limit kills the pod. The counts are taken and
+//!   released by [`Slot`]s, dropped however the connection ends.
+//! - **One deadline per request/response cycle.** hyper bounds only the
+//!   wait for a header; nothing bounds a write to a client that never
+//!   reads. A cycle begins with the first byte of a request (or, for a
+//!   request already buffered behind another, when it is handed to the
+//!   service) and ends when its answer is flushed to the socket; it must
+//!   end within `--client-timeout`, or the connection is dropped. Between
+//!   cycles, a keep-alive connection may stay idle for `--idle-timeout`;
+//!   before its first request, only for `--client-timeout`.
+//!
+//! Races it guards against:
+//! - **The deadline moves earlier** (an idle connection gets its first byte):
+//!   the watcher is woken through a [`Notify`], whose stored permit covers a
+//!   change made between reading the deadline and waiting on it.
+//! - **Pipelined requests** are answered one after another without a read
+//!   in between: each is its own cycle, begun by the service call, so a
+//!   client that sends many and reads none is cut off by the first answer
+//!   that cannot be flushed.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Open connections and handshakes under way, against their caps.
+pub struct Slots {
+    open: AtomicUsize,
+    handshaking: AtomicUsize,
+    max_open: usize,
+    max_handshakes: usize,
+}
+
+/// Why a connection was closed at accept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shed {
+    Connections,
+    Handshakes,
+}
+
+/// One counted connection, or handshake; released when dropped.
+pub struct Slot {
+    slots: Arc<Slots>,
+    handshake: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let counter = if self.handshake {
+            &self.slots.handshaking
+        } else {
+            &self.slots.open
+        };
+        counter.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Slots {
+    pub fn new(max_open: usize, max_handshakes: usize) -> Arc<Slots> {
+        Arc::new(Slots {
+            open: AtomicUsize::new(0),
+            handshaking: AtomicUsize::new(0),
+            max_open,
+            max_handshakes,
+        })
+    }
+
+    /// A slot for a connection just accepted, and one for its handshake,
+    /// or why it is shed. Only the accept loop calls this, so a check and
+    /// its increment are never interleaved with another admission.
+    pub fn admit(self: &Arc<Self>) -> Result<(Slot, Slot), Shed> {
+        if self.open.load(Ordering::Relaxed) >= self.max_open {
+            return Err(Shed::Connections);
+        }
+        if self.handshaking.load(Ordering::Relaxed) >= self.max_handshakes {
+            return Err(Shed::Handshakes);
+        }
+        self.open.fetch_add(1, Ordering::Relaxed);
+        self.handshaking.fetch_add(1, Ordering::Relaxed);
+        let slot = |handshake| Slot {
+            slots: self.clone(),
+            handshake,
+        };
+        Ok((slot(false), slot(true)))
+    }
+
+    /// (open connections, handshakes under way).
+    pub fn counts(&self) -> (usize, usize) {
+        (
+            self.open.load(Ordering::Relaxed),
+            self.handshaking.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Where a connection is in its request/response cycle.
+struct Cycle {
+    busy: bool,
+    answered: bool,
+    until: Instant,
+}
+
+/// The deadline of one connection (see the module's notes).
+pub struct Deadline {
+    cycle: Mutex<Cycle>,
+    changed: Notify,
+    request: Duration,
+    idle: Duration,
+}
+
+/// Which bound a connection ran out of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expired {
+    /// A request/response cycle took longer than `--client-timeout`.
+    Request,
+    /// No request began in time (`--idle-timeout`, or `--client-timeout`
+    /// for the first).
+    Idle,
+}
+
+impl Deadline {
+    pub fn new(request: Duration, idle: Duration) -> Arc<Deadline> {
+        Arc::new(Deadline {
+            cycle: Mutex::new(Cycle {
+                busy: false,
+                answered: false,
+                until: Instant::now() + request,
+            }),
+            changed: Notify::new(),
+            request,
+            idle,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cycle> {
+        self.cycle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A request began (its first byte, or its turn in the service).
+    pub fn begin(&self) {
+        let mut cycle = self.lock();
+        if !cycle.busy {
+            cycle.busy = true;
+            cycle.answered = false;
+            cycle.until = Instant::now() + self.request;
+            drop(cycle);
+            self.changed.notify_one();
+        }
+    }
+
+    /// The service has produced its answer; the cycle ends when it is flushed.
+    pub fn answered(&self) {
+        self.lock().answered = true;
+    }
+
+    fn flushed(&self) {
+        let mut cycle = self.lock();
+        if cycle.busy && cycle.answered {
+            cycle.busy = false;
+            cycle.answered = false;
+            cycle.until = Instant::now() + self.idle;
+        }
+    }
+
+    /// Resolves once the current bound has passed.
+    pub async fn expired(&self) -> Expired {
+        loop {
+            let (until, busy) = {
+                let cycle = self.lock();
+                (cycle.until, cycle.busy)
+            };
+            if Instant::now() >= until {
+                return if busy { Expired::Request } else { Expired::Idle };
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => {}
+                () = self.changed.notified() => {}
+            }
+        }
+    }
+}
+
+/// A stream that tells its [`Deadline`] when request bytes arrive and when
+/// an answer has been flushed.
+pub struct Timed<T> {
+    inner: T,
+    deadline: Arc<Deadline>,
+}
+
+impl<T> Timed<T> {
+    pub fn new(inner: T, deadline: Arc<Deadline>) -> Timed<T> {
+        Timed { inner, deadline }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Timed<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(result, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.deadline.begin();
+        }
+        result
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Timed<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let result = Pin::new(&mut self.inner).poll_flush(cx);
+        if matches!(result, Poll::Ready(Ok(()))) {
+            self.deadline.flushed();
+        }
+        result
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_shed_above_each_cap_and_come_back_when_dropped() {
+        let slots = Slots::new(2, 1);
+        let (first, first_handshake) = slots.admit().unwrap();
+        assert_eq!(slots.admit().err(), Some(Shed::Handshakes));
+        drop(first_handshake);
+        let (second, _second_handshake) = slots.admit().unwrap();
+        assert_eq!(slots.counts(), (2, 1));
+        assert_eq!(slots.admit().err(), Some(Shed::Connections));
+        drop((first, second));
+        assert_eq!(slots.counts(), (0, 1));
+    }
+
+    fn state(deadline: &Deadline) -> (bool, Duration) {
+        let cycle = deadline.lock();
+        (cycle.busy, cycle.until.saturating_duration_since(Instant::now()))
+    }
+
+    #[test]
+    fn a_cycle_runs_from_its_first_byte_to_the_flush_of_its_answer_then_idle_is_bounded() {
+        let (request, idle) = (Duration::from_secs(10), Duration::from_secs(100));
+        let deadline = Deadline::new(request, idle);
+        // Before the first request: the request bound.
+        assert!(matches!(state(&deadline), (false, d) if d <= request));
+        deadline.begin();
+        let (busy, left) = state(&deadline);
+        assert!(busy && left <= request && left > request / 2);
+        // A flush before the answer does not end the cycle, nor does a second byte move it.
+        deadline.flushed();
+        deadline.begin();
+        assert!(state(&deadline).0);
+        deadline.answered();
+        deadline.flushed();
+        let (busy, left) = state(&deadline);
+        assert!(!busy && left > request && left <= idle, "{left:?}");
+    }
+}
