@@ -12,6 +12,14 @@
 //!   `fakemesh sidecar UID DELAY_MS QUIT_MS`: a sidecar that takes QUIT_MS to
 //!   answer a quit and exit (a proxy draining its connections); every quit it
 //!   receives meanwhile is printed.
+//! - `fakemesh proxy KIND DELAY_MS ANNOTATIONS`: another mesh's proxy on its
+//!   real ports, as its injector configured it from the pod's annotations
+//!   file: `linkerd` (GET :4191/ready; POST :4191/shutdown, answered 404
+//!   unless `config.linkerd.io/proxy-admin-shutdown` is `enabled`, as Linkerd
+//!   2.16 and later), `vault` (POST :8200/agent/v1/quit, listening only with
+//!   `vault.hashicorp.com/agent-enable-quit: "true"`) or `dapr` (GET
+//!   :3500/v1.0/healthz/outbound, POST :3500/v1.0/shutdown). A quit it takes
+//!   exits 0.
 //! - `fakemesh serve ADDR BYTES`: the remote host: answers every request with BYTES bytes.
 //! - `fakemesh fetch URL CODE`: the app: downloads URL and exits CODE, or 1 if
 //!   the download failed.
@@ -56,13 +64,14 @@ fn main() {
             Duration::from_millis(delay.parse().unwrap()),
             Duration::from_millis(quit.parse().unwrap()),
         ),
+        ["proxy", kind, delay, annotations] => proxy(kind, Duration::from_millis(delay.parse().unwrap()), annotations),
         ["serve", addr, bytes] => serve(addr, bytes.parse().unwrap()),
         ["fetch", url, code] => std::process::exit(fetch_main(url, code.parse().unwrap())),
         ["worker", listen, peer] => std::process::exit(worker(listen, peer)),
         ["container", command @ ..] if !command.is_empty() => std::process::exit(container(command)),
         _ => {
             eprintln!(
-                "usage: fakemesh sidecar UID DELAY_MS [QUIT_MS] | serve ADDR BYTES | fetch URL CODE | worker LISTEN PEER_URL | container COMMAND..."
+                "usage: fakemesh sidecar UID DELAY_MS [QUIT_MS] | proxy KIND DELAY_MS ANNOTATIONS | serve ADDR BYTES | fetch URL CODE | worker LISTEN PEER_URL | container COMMAND..."
             );
             std::process::exit(2);
         }
@@ -120,6 +129,55 @@ fn sidecar(uid: u32, delay: Duration, quit_takes: Duration) {
             continue;
         }
         respond(&mut conn, "405 Method Not Allowed", b"");
+    }
+}
+
+/// A Linkerd, Vault or Dapr proxy: its readiness and quit endpoints, on
+/// when the pod's annotations turned them on.
+fn proxy(kind: &str, delay: Duration, annotations: &str) {
+    let text = std::fs::read_to_string(annotations).unwrap_or_default();
+    let has = |line: &str| text.lines().any(|l| l == line);
+    let (port, ready, quit, quit_on) = match kind {
+        "linkerd" => (
+            4191,
+            "/ready",
+            "/shutdown",
+            has(r#"config.linkerd.io/proxy-admin-shutdown="enabled""#),
+        ),
+        "vault" => (
+            8200,
+            "",
+            "/agent/v1/quit",
+            has(r#"vault.hashicorp.com/agent-enable-quit="true""#),
+        ),
+        "dapr" => (3500, "/v1.0/healthz/outbound", "/v1.0/shutdown", true),
+        _ => panic!("fakemesh proxy: unknown kind {kind}"),
+    };
+    say(&format!("{kind}: container started, not listening yet"));
+    thread::sleep(delay);
+    // Vault's agent has no listener at all unless its quit (or cache) is on.
+    if kind == "vault" && !quit_on {
+        say(&format!("{kind}: up, no listener (agent-enable-quit is off)"));
+        loop {
+            thread::sleep(Duration::from_secs(3600));
+        }
+    }
+    let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind the proxy's port");
+    say(&format!("{kind}: up"));
+    for mut conn in listener.incoming().flatten() {
+        let line = read_head(&mut conn);
+        if !ready.is_empty() && line.starts_with(&format!("GET {ready} ")) {
+            respond(&mut conn, "200 OK", b"ready");
+        } else if line.starts_with(&format!("POST {quit} ")) && quit_on {
+            respond(&mut conn, "200 OK", b"");
+            say(&format!("{kind}: quit received, exiting"));
+            std::process::exit(0);
+        } else if line.starts_with(&format!("POST {quit} ")) {
+            respond(&mut conn, "404 Not Found", b"shutdown endpoint is not enabled");
+            say(&format!("{kind}: quit refused: its endpoint is off"));
+        } else {
+            respond(&mut conn, "404 Not Found", b"");
+        }
     }
 }
 

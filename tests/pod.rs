@@ -495,54 +495,83 @@ fn pod_16_a_real_oom_kill_under_a_memory_limit_fails_the_pod_with_137_and_one_qu
     guard.finish().assert_code(0).assert_stderr_has("nothing to do");
 }
 
-/// The pod spec `kubectl meshwrap inject` wrote for the Job example
-/// (examples/kubernetes/job-init-container.yaml; kubectl-meshwrap's golden
-/// test proves the file is inject's output), run as that spec says: the init
-/// container's args, the wrapped command's meshwrap prefix, and the guard's
-/// args, each volume a fresh directory put where its mountPath is named.
-/// Only the user's command after `--` becomes the dataset download, and the
-/// Downward API file holds what Istio's injector and inject wrote.
-#[test]
-fn pod_17_the_job_example_as_inject_wrote_it_completes_with_exactly_one_quit() {
-    if pod::skip("pod_17") {
-        return;
+/// A pod template as inject wrote it (the tests that compare examples/ and
+/// the goldens with inject's output prove the file is that), laid out on the
+/// simulated node as its spec says: each volume a fresh directory, the
+/// Downward API's holding the template's annotations and what the mesh
+/// injectors write (`marks`), and each container's args with every
+/// mountPath put where its volume's directory is.
+struct Wrapped {
+    template: serde_yaml::Value,
+    volumes: std::collections::HashMap<String, String>,
+    annotations: std::path::PathBuf,
+}
+
+fn strings(v: &serde_yaml::Value) -> Vec<String> {
+    v.as_sequence()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}
+
+impl Wrapped {
+    /// The template of `file`'s document named `name` (the first, if none).
+    fn load(pod: &MeshedPod, file: &str, name: Option<&str>, marks: &[&str]) -> Wrapped {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let doc = serde_yaml::Deserializer::from_str(&text)
+            .map(|d| <serde_yaml::Value as serde::Deserialize>::deserialize(d).unwrap())
+            .find(|d| name.is_none_or(|n| d["metadata"]["name"].as_str() == Some(n)))
+            .unwrap_or_else(|| panic!("{file}: no document {name:?}"));
+        let template = doc["spec"]["template"].clone();
+        let mut volumes = std::collections::HashMap::new();
+        let mut annotations = None;
+        for volume in template["spec"]["volumes"].as_sequence().unwrap() {
+            let vname = volume["name"].as_str().unwrap();
+            let dir = pod.node.empty_dir(vname);
+            if volume.get("downwardAPI").is_some() {
+                let mut text = String::new();
+                if let Some(map) = template["metadata"]["annotations"].as_mapping() {
+                    for (k, v) in map {
+                        text.push_str(&format!("{}={:?}\n", k.as_str().unwrap(), v.as_str().unwrap()));
+                    }
+                }
+                for mark in marks {
+                    text.push_str(mark);
+                    text.push('\n');
+                }
+                std::fs::write(dir.join("annotations"), text).unwrap();
+                annotations = Some(dir.join("annotations"));
+            }
+            volumes.insert(vname.to_string(), dir.to_string_lossy().into_owned());
+        }
+        let annotations = annotations.expect("inject mounts the pod's annotations");
+        Wrapped {
+            template,
+            volumes,
+            annotations,
+        }
     }
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kubernetes/job-init-container.yaml");
-    let job: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let template = &job["spec"]["template"];
-    let spec = &template["spec"];
-    let strings = |v: &serde_yaml::Value| -> Vec<String> {
-        v.as_sequence()
+
+    fn container(&self, list: &str, name: &str) -> serde_yaml::Value {
+        self.template["spec"][list]
+            .as_sequence()
             .unwrap()
             .iter()
-            .map(|s| s.as_str().unwrap().to_string())
-            .collect()
-    };
-    let pod = meshed_pod();
-
-    // The volumes: a directory each; the Downward API's holds the annotations.
-    let mut volumes = std::collections::HashMap::new();
-    for volume in spec["volumes"].as_sequence().unwrap() {
-        let name = volume["name"].as_str().unwrap();
-        let dir = pod.node.empty_dir(name);
-        if volume.get("downwardAPI").is_some() {
-            let mut annotations = String::new();
-            for (k, v) in template["metadata"]["annotations"].as_mapping().unwrap() {
-                annotations.push_str(&format!("{}={:?}\n", k.as_str().unwrap(), v.as_str().unwrap()));
-            }
-            annotations.push_str(r#"sidecar.istio.io/status="{\"initContainers\":[\"istio-init\"],\"containers\":[\"istio-proxy\"],\"volumes\":[\"istio-envoy\"],\"imagePullSecrets\":null,\"revision\":\"default\"}""#);
-            std::fs::write(dir.join("annotations"), annotations).unwrap();
-        }
-        volumes.insert(name.to_string(), dir.to_string_lossy().into_owned());
+            .find(|c| c["name"].as_str() == Some(name))
+            .unwrap_or_else(|| panic!("no {list} {name}"))
+            .clone()
     }
-    // A container's args with each mountPath replaced by its volume's directory.
-    let mapped = |container: &serde_yaml::Value, args: &[String]| -> Vec<String> {
+
+    /// A container's args with each mountPath replaced by its volume's directory.
+    fn mapped(&self, container: &serde_yaml::Value, args: &[String]) -> Vec<String> {
         let mounts: Vec<(String, String)> = container["volumeMounts"]
             .as_sequence()
             .unwrap()
             .iter()
             .map(|m| {
-                let dir = volumes[m["name"].as_str().unwrap()].clone();
+                let dir = self.volumes[m["name"].as_str().unwrap()].clone();
                 (m["mountPath"].as_str().unwrap().to_string(), dir)
             })
             .collect();
@@ -558,53 +587,247 @@ fn pod_17_the_job_example_as_inject_wrote_it_completes_with_exactly_one_quit() {
                     .unwrap_or_else(|| a.clone())
             })
             .collect()
-    };
-    let find = |list: &str, name: &str| -> serde_yaml::Value {
-        spec[list]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"].as_str() == Some(name))
-            .unwrap_or_else(|| panic!("no {list} {name}"))
-            .clone()
-    };
-    // meshwrap's default --pod-annotations, where the container mounts the Downward API.
-    let podinfo = |container: &serde_yaml::Value| {
-        format!(
-            "MESHWRAP_POD_ANNOTATIONS={}",
-            mapped(container, &["/etc/podinfo/annotations".into()])[0]
-        )
-    };
+    }
 
-    // The init container: the image's entrypoint (meshwrap) with its args.
-    let install = find("initContainers", "meshwrap-install");
-    let run = Meshwrap::new().args(mapped(&install, &strings(&install["args"]))).run();
-    run.assert_code(0);
+    /// meshwrap's default --pod-annotations, where the container mounts the Downward API.
+    fn podinfo(&self, container: &serde_yaml::Value) -> String {
+        let file = self.mapped(container, &["/etc/podinfo/annotations".into()]).remove(0);
+        format!("MESHWRAP_POD_ANNOTATIONS={file}")
+    }
 
+    /// The init container: the image's entrypoint (meshwrap) with its args.
+    fn install(&self) {
+        let install = self.container("initContainers", "meshwrap-install");
+        let run = Meshwrap::new()
+            .args(self.mapped(&install, &strings(&install["args"])))
+            .run();
+        run.assert_code(0);
+    }
+
+    /// The guard container, once it watches.
+    fn guard(&self, pod: &MeshedPod) -> Running {
+        let spec = self.container("containers", "meshwrap-guard");
+        let bin = meshwrap_bin().to_string_lossy().into_owned();
+        let mut line = vec!["env".to_string(), self.podinfo(&spec), bin];
+        line.extend(self.mapped(&spec, &strings(&spec["args"])));
+        let mut guard = pod
+            .node
+            .app(&pod.ns, &line.iter().map(String::as_str).collect::<Vec<_>>());
+        guard.wait_stderr("guard: watching meshwrap's run");
+        guard
+    }
+
+    /// The wrapped container: its meshwrap prefix, then `command` in place
+    /// of the user's own.
+    fn app(&self, pod: &MeshedPod, name: &str, command: &[&str]) -> Running {
+        let spec = self.container("containers", name);
+        let prefix = strings(&spec["command"]);
+        let dash = prefix.iter().position(|a| a == "--").unwrap();
+        let mut line = vec!["env".to_string(), self.podinfo(&spec)];
+        line.extend(self.mapped(&spec, &prefix[..=dash]));
+        line.extend(command.iter().map(|s| s.to_string()));
+        pod.node
+            .app(&pod.ns, &line.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+}
+
+/// What Istio's injector writes on a pod with a classic sidecar.
+const ISTIO_CLASSIC: &str = r#"sidecar.istio.io/status="{\"initContainers\":[\"istio-init\"],\"containers\":[\"istio-proxy\"],\"volumes\":[\"istio-envoy\"],\"imagePullSecrets\":null,\"revision\":\"default\"}""#;
+const LINKERD_MARK: &str = r#"linkerd.io/proxy-version="stable-2.20.0""#;
+const VAULT_MARK: &str = r#"vault.hashicorp.com/agent-inject-status="injected""#;
+
+/// The Job example (examples/kubernetes/job-init-container.yaml) run as its
+/// spec says; only the user's command after `--` becomes the dataset
+/// download, and the Downward API file holds what Istio's injector and
+/// inject wrote.
+#[test]
+fn pod_17_the_job_example_as_inject_wrote_it_completes_with_exactly_one_quit() {
+    if pod::skip("pod_17") {
+        return;
+    }
+    let pod = meshed_pod();
+    let job = Wrapped::load(
+        &pod,
+        "examples/kubernetes/job-init-container.yaml",
+        None,
+        &[ISTIO_CLASSIC],
+    );
+    job.install();
     let mut sidecar = pod.sidecar(PROXY_DELAY);
-    let guard_spec = find("containers", "meshwrap-guard");
-    let bin = meshwrap_bin().to_string_lossy().into_owned();
-    let mut guard_line = vec!["env".to_string(), podinfo(&guard_spec), bin];
-    guard_line.extend(mapped(&guard_spec, &strings(&guard_spec["args"])));
-    let mut guard = pod
-        .node
-        .app(&pod.ns, &guard_line.iter().map(String::as_str).collect::<Vec<_>>());
-    guard.wait_stderr("guard: watching meshwrap's run");
-
-    let train = find("containers", "train");
-    let command = strings(&train["command"]);
-    let dash = command.iter().position(|a| a == "--").unwrap();
-    let mut line = vec!["env".to_string(), podinfo(&train)];
-    line.extend(mapped(&train, &command[..=dash]));
-    line.extend([pod.fakemesh.clone(), "fetch".into(), dataset_url(), "0".into()]);
-    let app = pod
-        .node
-        .app(&pod.ns, &line.iter().map(String::as_str).collect::<Vec<_>>())
-        .finish();
+    let mut guard = job.guard(&pod);
+    let url = dataset_url();
+    let app = job.app(&pod, "train", &[&pod.fakemesh, "fetch", &url, "0"]).finish();
     app.assert_code(0).assert_stderr_has("sidecar quit");
     assert!(app.stdout.contains("app: fetched 4096 bytes"), "{}", app.stdout);
     assert_eq!(pod::phase_with(0, &mut [&mut sidecar, &mut guard]), Phase::Succeeded);
     guard.finish().assert_code(0).assert_stderr_lacks("sidecar quit");
+    let sidecar = sidecar.finish();
+    assert_eq!(sidecar.stdout.matches("quit received").count(), 1, "{}", sidecar.stdout);
+}
+
+impl MeshedPod {
+    /// Another mesh's proxy (`fakemesh proxy`), configured from the pod's annotations.
+    fn proxy(&self, kind: &str, delay: Duration, annotations: &Path) -> Running {
+        let delay = delay.as_millis().to_string();
+        let annotations = annotations.to_string_lossy();
+        let mut proxy = self
+            .node
+            .exec(&self.ns, &[&self.fakemesh, "proxy", kind, &delay, &annotations]);
+        proxy.wait_stdout(&format!("{kind}: container started, not listening yet"));
+        proxy
+    }
+}
+
+/// The app checks that the proxy answers: it runs only once the proxy is ready.
+fn linkerd_app_line(pod: &MeshedPod) -> [&str; 4] {
+    [pod.fakemesh.as_str(), "fetch", "http://127.0.0.1:4191/ready", "0"]
+}
+
+#[test]
+fn pod_18_a_linkerd_job_as_inject_wrote_it_waits_for_the_proxy_and_shuts_it_down() {
+    if pod::skip("pod_18") {
+        return;
+    }
+    let pod = meshed_pod();
+    let job = Wrapped::load(&pod, "examples/kubernetes/job-linkerd.yaml", None, &[LINKERD_MARK]);
+    job.install();
+    let mut proxy = pod.proxy("linkerd", PROXY_DELAY, &job.annotations);
+    let mut guard = job.guard(&pod);
+    let app = job.app(&pod, "train", &linkerd_app_line(&pod)).finish();
+    app.assert_code(0)
+        .assert_stderr_has("found the linkerd sidecar (linkerd.io/proxy-version)")
+        .assert_stderr_has("sidecar quit");
+    assert!(
+        app.stdout.contains("app: fetched 5 bytes"),
+        "started after the proxy was ready: {}",
+        app.stdout
+    );
+    assert_eq!(pod::phase_with(0, &mut [&mut proxy, &mut guard]), Phase::Succeeded);
+    let proxy = proxy.finish();
+    assert_eq!(proxy.stdout.matches("quit received").count(), 1, "{}", proxy.stdout);
+}
+
+#[test]
+fn pod_19_a_linkerd_pod_without_its_shutdown_switch_names_it_and_keeps_the_commands_status() {
+    if pod::skip("pod_19") {
+        return;
+    }
+    let pod = meshed_pod();
+    let job = Wrapped::load(&pod, "examples/kubernetes/job-linkerd.yaml", None, &[LINKERD_MARK]);
+    // The pod as wrapped by hand, without inject's switch: Linkerd's default.
+    let text = std::fs::read_to_string(&job.annotations).unwrap();
+    let off: String = text
+        .lines()
+        .filter(|l| !l.contains("proxy-admin-shutdown"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&job.annotations, off).unwrap();
+    job.install();
+    let mut proxy = pod.proxy("linkerd", Duration::ZERO, &job.annotations);
+    proxy.wait_stdout("linkerd: up");
+    let app = job.app(&pod, "train", &linkerd_app_line(&pod)).finish();
+    app.assert_code(0)
+        .assert_stderr_has("could not quit the sidecar: 404 Not Found")
+        .assert_stderr_has("config.linkerd.io/proxy-admin-shutdown: enabled");
+    assert_eq!(
+        pod::phase_with(0, &mut [&mut proxy]),
+        Phase::StuckNotReady,
+        "the proxy kept running"
+    );
+}
+
+#[test]
+fn pod_20_an_istio_and_vault_job_waits_for_istio_and_quits_both_once() {
+    if pod::skip("pod_20") {
+        return;
+    }
+    let pod = meshed_pod();
+    let job = Wrapped::load(
+        &pod,
+        "examples/kubernetes/job-istio-vault.yaml",
+        None,
+        &[ISTIO_CLASSIC, VAULT_MARK],
+    );
+    job.install();
+    let mut sidecar = pod.sidecar(PROXY_DELAY);
+    let mut vault = pod.proxy("vault", Duration::ZERO, &job.annotations);
+    vault.wait_stdout("vault: up");
+    let mut guard = job.guard(&pod);
+    let url = dataset_url();
+    let app = job.app(&pod, "train", &[&pod.fakemesh, "fetch", &url, "0"]).finish();
+    app.assert_code(0).assert_stderr_has("found the vault sidecar");
+    assert!(app.stdout.contains("app: fetched 4096 bytes"), "{}", app.stdout);
+    assert_eq!(
+        pod::phase_with(0, &mut [&mut sidecar, &mut vault, &mut guard]),
+        Phase::Succeeded
+    );
+    let (sidecar, vault) = (sidecar.finish(), vault.finish());
+    assert_eq!(sidecar.stdout.matches("quit received").count(), 1, "{}", sidecar.stdout);
+    assert_eq!(vault.stdout.matches("quit received").count(), 1, "{}", vault.stdout);
+}
+
+#[test]
+fn pod_21_a_vault_job_as_inject_wrote_it_completes() {
+    if pod::skip("pod_21") {
+        return;
+    }
+    let pod = meshed_pod();
+    let job = Wrapped::load(&pod, "examples/kubernetes/job-vault.yaml", None, &[VAULT_MARK]);
+    job.install();
+    let mut vault = pod.proxy("vault", Duration::ZERO, &job.annotations);
+    vault.wait_stdout("vault: up");
+    let mut guard = job.guard(&pod);
+    let app = job.app(&pod, "export", &["sh", "-c", "echo app: exported"]).finish();
+    app.assert_code(0).assert_stderr_has("sidecar quit");
+    assert_eq!(pod::phase_with(0, &mut [&mut vault, &mut guard]), Phase::Succeeded);
+}
+
+#[test]
+fn pod_22_a_classic_istio_pod_with_a_native_fluent_bit_still_quits_istio() {
+    if pod::skip("pod_22") {
+        return;
+    }
+    let pod = meshed_pod();
+    let job = Wrapped::load(
+        &pod,
+        "examples/kubernetes/job-native-fluent-bit.yaml",
+        None,
+        &[ISTIO_CLASSIC],
+    );
+    job.install();
+    let mut sidecar = pod.sidecar(PROXY_DELAY);
+    let mut guard = job.guard(&pod);
+    let url = dataset_url();
+    let app = job.app(&pod, "train", &[&pod.fakemesh, "fetch", &url, "0"]).finish();
+    app.assert_code(0).assert_stderr_has("sidecar quit");
+    assert_eq!(pod::phase_with(0, &mut [&mut sidecar, &mut guard]), Phase::Succeeded);
+}
+
+#[test]
+fn pod_23_restart_rules_keep_the_sidecar_for_the_restarted_command_then_quit_once() {
+    if pod::skip("pod_23") {
+        return;
+    }
+    let pod = meshed_pod();
+    let job = Wrapped::load(
+        &pod,
+        "kubectl-meshwrap/tests/golden/restart-rules.out.yaml",
+        None,
+        &[ISTIO_CLASSIC],
+    );
+    job.install();
+    let mut sidecar = pod.sidecar(Duration::ZERO);
+    let mut guard = job.guard(&pod);
+    // The first run is preempted: exit 42, which the kubelet restarts in place.
+    let first = job.app(&pod, "train", &["sh", "-c", "exit 42"]).finish();
+    first.assert_code(42).assert_stderr_has("--no-quit-on-exit");
+    guard.wait_stderr("waiting for the restarted container's run");
+    // The restarted command still reaches the dataset through the sidecar.
+    let url = dataset_url();
+    let second = job.app(&pod, "train", &[&pod.fakemesh, "fetch", &url, "0"]).finish();
+    second.assert_code(0).assert_stderr_has("sidecar quit");
+    assert!(second.stdout.contains("app: fetched 4096 bytes"), "{}", second.stdout);
+    assert_eq!(pod::phase_with(0, &mut [&mut sidecar, &mut guard]), Phase::Succeeded);
     let sidecar = sidecar.finish();
     assert_eq!(sidecar.stdout.matches("quit received").count(), 1, "{}", sidecar.stdout);
 }
