@@ -41,6 +41,8 @@ use serde_json::{Value, json};
 use crate::transform::{CONTAINER, IMAGE, INJECT, Options, QUIT_POLICY, SIDECAR, TIMEOUT};
 
 pub const NAME: &str = "meshwrap-webhook";
+/// The MutatingWebhookConfiguration's name, which sorts before the injectors'.
+pub const WEBHOOK_CONFIGURATION: &str = "0-meshwrap";
 const TLS_SECRET: &str = "meshwrap-webhook-tls";
 const PORT: u16 = 9443;
 
@@ -285,6 +287,13 @@ fn webhook_env(opts: &Options) -> Vec<Value> {
             envs.push(env(name, v));
         }
     }
+    if !opts.meshes.is_empty() {
+        let names: Vec<&str> = opts.meshes.iter().map(|m| m.facts().name).collect();
+        envs.push(env("MESHWRAP_MESH", &names.join(",")));
+    }
+    if let Some(native) = opts.native.flag() {
+        envs.push(env("MESHWRAP_NATIVE", native));
+    }
     envs
 }
 
@@ -398,7 +407,11 @@ fn webhook_configuration(c: &Common, ca_bundle: Option<&str>) -> Value {
     let never = json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [c.ns, "kube-system"]});
     let mut configuration = json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": "meshwrap", "labels": c.labels},
+        // The API server calls mutating webhooks in the order of their
+        // configurations' names: "0-" puts meshwrap before every mesh's
+        // injector (dapr-, istio-, linkerd-, vault-), so the quit switches it
+        // adds are there when each injector reads the pod's annotations.
+        "metadata": {"name": WEBHOOK_CONFIGURATION, "labels": c.labels},
         "webhooks": [
             // Every pod of a labelled namespace, but those that opt out.
             webhook(

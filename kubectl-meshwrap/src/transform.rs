@@ -90,6 +90,15 @@ pub enum Native {
 }
 
 impl Native {
+    /// The option's value, where it is not the default.
+    pub fn flag(self) -> Option<&'static str> {
+        match self {
+            Native::Off => None,
+            Native::On => Some("true"),
+            Native::Prefer => Some("prefer"),
+        }
+    }
+
     pub fn parse(value: &str) -> Option<Native> {
         match value {
             "false" | "off" => Some(Native::Off),

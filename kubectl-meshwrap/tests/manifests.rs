@@ -428,3 +428,42 @@ fn a_self_signed_rotation_with_the_previous_ca_trusts_the_old_and_the_new_certif
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn the_webhook_runs_before_every_mesh_injector_so_its_quit_switches_reach_them() {
+    // The API server calls mutating webhooks in the order of their
+    // configurations' names; these are the injectors' own.
+    let run = manifests(&[]);
+    let docs = documents(&run.stdout);
+    let configuration = by_kind(&docs, "MutatingWebhookConfiguration")[0];
+    let name = configuration["metadata"]["name"].as_str().unwrap();
+    for injector in [
+        "dapr-sidecar-injector",
+        "istio-revision-tag-default",
+        "istio-sidecar-injector",
+        "linkerd-proxy-injector-webhook-config",
+        "vault-agent-injector-cfg",
+    ] {
+        assert!(name < injector, "{name} sorts after {injector}");
+    }
+}
+
+#[test]
+fn the_webhook_deployment_carries_mesh_and_native() {
+    let run = manifests(&["--mesh", "linkerd,vault", "--native", "prefer"]);
+    let docs = documents(&run.stdout);
+    let deployment = by_kind(&docs, "Deployment")[0];
+    let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+    let value = |name: &str| {
+        env.as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["value"].as_str().unwrap().to_string())
+    };
+    assert_eq!(value("MESHWRAP_MESH").as_deref(), Some("linkerd,vault"));
+    assert_eq!(value("MESHWRAP_NATIVE").as_deref(), Some("prefer"));
+    let plain = documents(&manifests(&[]).stdout);
+    let env = &by_kind(&plain, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert!(!env.to_string().contains("MESHWRAP_MESH"), "the default adds nothing");
+}
