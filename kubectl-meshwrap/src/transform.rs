@@ -591,6 +591,12 @@ fn quit_policy(pod: &Pod, chosen: &Candidate, opts: &Options) -> Result<(String,
 /// The image and the readiness timeout: annotations over options.
 fn settings(pod: &Pod, opts: &Options) -> Result<(String, Option<String>), Outcome> {
     let image = pod.annotation(IMAGE).unwrap_or(&opts.image).to_string();
+    if image.trim().is_empty() {
+        return Err(skip(
+            "bad-annotation",
+            format!("{IMAGE} is empty: it names the meshwrap image, e.g. registry.example.com/meshwrap:0.1.0"),
+        ));
+    }
     let timeout = pod.annotation(TIMEOUT).map(str::to_string).or(opts.timeout.clone());
     if let Some(t) = &timeout
         && meshwrap::duration::parse(t).is_none()
@@ -783,7 +789,8 @@ fn native_switches(pod: &Pod, found: &[Found]) -> Outcome {
 }
 
 /// What must not be in the way: mounts at meshwrap's directories and
-/// containers with meshwrap's names.
+/// containers (of either list: names are unique across both) with
+/// meshwrap's names.
 fn conflicts(pod: &Pod, chosen: &Candidate) -> Result<(), Outcome> {
     for dir in [BIN_DIR, GUARD_DIR] {
         if mounted_at(chosen, dir).is_some() {
@@ -793,20 +800,26 @@ fn conflicts(pod: &Pod, chosen: &Candidate) -> Result<(), Outcome> {
             ));
         }
     }
-    let taken = |list: &[Value], what: &str| list.iter().filter_map(|c| text(c.get("name"))).any(|n| n == what);
-    if taken(pod.list("containers"), GUARD_CONTAINER) || taken(pod.list("initContainers"), INSTALL_CONTAINER) {
+    let names = pod.list("containers").iter().chain(pod.list("initContainers"));
+    if let Some(taken) = names
+        .filter_map(|c| text(c.get("name")))
+        .find(|n| [GUARD_CONTAINER, INSTALL_CONTAINER].contains(n))
+    {
         return Err(skip(
             "conflict",
-            format!("a container named {GUARD_CONTAINER} or {INSTALL_CONTAINER} is already there"),
+            format!("a container named {taken} is already there, and meshwrap needs that name"),
         ));
     }
     Ok(())
 }
 
-/// The chosen container's mount at `dir`, if any.
+/// The chosen container's mount at `dir`, if any (`/mesh/` is `/mesh`).
 fn mounted_at<'a>(chosen: &Candidate<'a>, dir: &str) -> Option<&'a Value> {
     let mounts = chosen.container.get("volumeMounts").and_then(Value::as_array)?;
-    mounts.iter().find(|m| text(m.get("mountPath")) == Some(dir))
+    let clean = |p: &str| p.trim_end_matches('/').to_string();
+    mounts
+        .iter()
+        .find(|m| text(m.get("mountPath")).is_some_and(|p| clean(p) == dir))
 }
 
 /// The pod's own annotations volume, when the container mounts one where
