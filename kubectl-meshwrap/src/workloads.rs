@@ -152,19 +152,6 @@ fn find_at(doc: &Value, at: Path, taught: &[TemplatePath], out: &mut Vec<Workloa
         return;
     };
     let kind = object.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
-    let api = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-    let group = api.split_once('/').map_or("", |(g, _)| g);
-    let name = object
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .or_else(|| {
-            object
-                .pointer("/metadata/generateName")
-                .and_then(Value::as_str)
-                .map(|g| format!("{g}*"))
-        })
-        .unwrap_or_else(|| "(unnamed)".into());
     if kind == "List" || (kind.ends_with("List") && object.get("items").is_some_and(Value::is_array)) {
         let count = object["items"].as_array().map_or(0, Vec::len);
         for i in 0..count {
@@ -172,35 +159,53 @@ fn find_at(doc: &Value, at: Path, taught: &[TemplatePath], out: &mut Vec<Workloa
         }
         return;
     }
-    let mut workload = |places: Result<Vec<Place>, String>| {
+    let places = match taught.iter().find(|t| t.kind == kind) {
+        Some(t) => Some(Ok(taught_places(doc, &at, t))),
+        None => places_of(doc, &at, object, &kind),
+    };
+    if let Some(places) = places {
         out.push(Workload {
-            at: at.clone(),
-            kind: kind.clone(),
-            name: name.clone(),
+            name: object_name(object),
+            at,
+            kind,
             places,
-        })
-    };
-    let p = |rest: &[&str]| -> Path { under(&at, &rest.iter().map(|k| key(k)).collect::<Vec<_>>()) };
-    let each = |steps: &str| {
-        let taught: TemplatePath = format!("x={steps}").parse().expect("a built-in path");
-        let mut paths = Vec::new();
-        expand(doc, at.clone(), &taught.steps, &mut paths);
-        paths
-    };
-    if let Some(t) = taught.iter().find(|t| t.kind == kind) {
-        let mut paths = Vec::new();
-        expand(doc, at.clone(), &t.steps, &mut paths);
-        workload(Ok(paths
-            .into_iter()
-            .map(|path| {
-                let label = label(&path);
-                template(path, label, Restart::PodSpec("Never"), None)
-            })
-            .collect()));
-        return;
+        });
     }
-    match (group, kind.as_str()) {
-        ("", "Pod") => workload(Ok(vec![Place {
+}
+
+/// `metadata.name`, or `generateName` with a `*`.
+fn object_name(object: &Value) -> String {
+    let meta = |field: &str| object.pointer(&format!("/metadata/{field}")).and_then(Value::as_str);
+    match (meta("name"), meta("generateName")) {
+        (Some(name), _) => name.to_string(),
+        (None, Some(prefix)) => format!("{prefix}*"),
+        (None, None) => "(unnamed)".into(),
+    }
+}
+
+/// A kind taught with `--template-path`: its templates, as plain pods.
+fn taught_places(doc: &Value, at: &Path, t: &TemplatePath) -> Vec<Place> {
+    let mut paths = Vec::new();
+    expand(doc, at.clone(), &t.steps, &mut paths);
+    paths
+        .into_iter()
+        .map(|path| {
+            let label = label(&path);
+            template(path, label, Restart::PodSpec("Never"), None)
+        })
+        .collect()
+}
+
+/// Where each known kind keeps its pod templates (from the upstream API
+/// types): a table, one arm per kind. `None`: not a workload.
+fn places_of(doc: &Value, at: &Path, object: &Value, kind: &str) -> Option<Result<Vec<Place>, String>> {
+    let api = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let group = api.split_once('/').map_or("", |(g, _)| g);
+    let p = |rest: &[&str]| -> Path { under(at, &rest.iter().map(|k| key(k)).collect::<Vec<_>>()) };
+    let one = |path: &[&str], restart, default| Some(Ok(vec![template(p(path), path.join("."), restart, default)]));
+    let each = |steps: &str, default| Some(Ok(each_template(doc, at, steps, default)));
+    match (group, kind) {
+        ("", "Pod") => Some(Ok(vec![Place {
             label: "pod".into(),
             metadata: p(&["metadata"]),
             spec: p(&["spec"]),
@@ -209,90 +214,88 @@ fn find_at(doc: &Value, at: Path, taught: &[TemplatePath], out: &mut Vec<Workloa
             restart: Restart::PodSpec("Always"),
             default_container: None,
         }])),
-        ("batch", "Job") => workload(Ok(vec![template(p(&["spec", "template"]), "spec.template".into(), Restart::PodSpec("Never"), None)])),
-        ("batch", "CronJob") => workload(Ok(vec![template(
-            p(&["spec", "jobTemplate", "spec", "template"]),
-            "spec.jobTemplate.spec.template".into(),
-            Restart::PodSpec("Never"),
-            None,
-        )])),
+        ("batch", "Job") => one(&["spec", "template"], Restart::PodSpec("Never"), None),
+        ("batch", "CronJob") => one(&["spec", "jobTemplate", "spec", "template"], Restart::PodSpec("Never"), None),
         ("apps", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet") | ("", "ReplicationController") => {
-            workload(Ok(vec![template(p(&["spec", "template"]), "spec.template".into(), Restart::PodSpec("Always"), None)]))
+            one(&["spec", "template"], Restart::PodSpec("Always"), None)
         }
-        ("kubeflow.org", k) if kubeflow(k).is_some() => {
-            let (field, container, default_restart) = kubeflow(k).unwrap_or_default();
-            let replicas = object.pointer(&format!("/spec/{field}")).and_then(Value::as_object);
-            let places = replicas
-                .map(|r| {
-                    r.iter()
-                        .map(|(replica, spec)| {
-                            let restart = spec.get("restartPolicy").and_then(Value::as_str).unwrap_or(default_restart).to_string();
-                            template(p(&["spec", field, replica, "template"]), replica.clone(), Restart::Replica(Some(restart)), Some(container))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            workload(Ok(places));
-        }
-        ("jobset.x-k8s.io", "JobSet") => workload(Ok(each("spec.replicatedJobs[].template.spec.template")
-            .into_iter()
-            .map(|path| {
-                let label = label(&path[at.len()..].to_vec());
-                template(path, label, Restart::PodSpec("Never"), None)
-            })
-            .collect())),
+        ("kubeflow.org", k) if kubeflow(k).is_some() => Some(Ok(kubeflow_places(object, at, k))),
+        ("jobset.x-k8s.io", "JobSet") => each("spec.replicatedJobs[].template.spec.template", None),
         ("trainer.kubeflow.org", "TrainingRuntime" | "ClusterTrainingRuntime") => {
-            workload(Ok(each("spec.template.spec.replicatedJobs[].template.spec.template")
-                .into_iter()
-                .map(|path| {
-                    let label = label(&path[at.len()..].to_vec());
-                    template(path, label, Restart::PodSpec("Never"), Some("node"))
-                })
-                .collect()))
+            each("spec.template.spec.replicatedJobs[].template.spec.template", Some("node"))
         }
-        ("trainer.kubeflow.org", "TrainJob") => workload(Err(
+        ("trainer.kubeflow.org", "TrainJob") => Some(Err(
             "a TrainJob's overrides cannot add the init container and guard meshwrap needs: inject its TrainingRuntime or ClusterTrainingRuntime instead".into(),
         )),
-        ("ray.io", "RayJob") => workload(Ok(object
-            .pointer("/spec/submitterPodTemplate")
-            .map(|_| {
-                vec![template(
-                    p(&["spec", "submitterPodTemplate"]),
-                    "spec.submitterPodTemplate".into(),
-                    Restart::PodSpec("Never"),
-                    Some("ray-job-submitter"),
-                )]
-            })
-            .unwrap_or_default())),
-        ("ray.io", "RayCluster" | "RayService") => workload(Err(format!(
+        ("ray.io", "RayJob") if object.pointer("/spec/submitterPodTemplate").is_some() => one(
+            &["spec", "submitterPodTemplate"],
+            Restart::PodSpec("Never"),
+            Some("ray-job-submitter"),
+        ),
+        ("ray.io", "RayJob") => Some(Ok(Vec::new())),
+        ("ray.io", "RayCluster" | "RayService") => Some(Err(format!(
             "a {kind}'s head and worker groups run until deleted: left alone (teach a path with --template-path {kind}=PATH to wrap one)"
         ))),
         ("argoproj.io", "Workflow" | "WorkflowTemplate" | "ClusterWorkflowTemplate" | "CronWorkflow") => {
             let spec = if kind == "CronWorkflow" { p(&["spec", "workflowSpec"]) } else { p(&["spec"]) };
-            let templates = get(doc, &spec).and_then(|s| s.get("templates")).and_then(Value::as_array);
-            let mut places = Vec::new();
-            for (i, t) in templates.into_iter().flatten().enumerate() {
-                if !["container", "script", "containerSet"].iter().any(|f| t.get(*f).is_some()) {
-                    continue; // steps, dag, resource, suspend: no container of their own
-                }
-                let entry = under(&spec, &[key("templates"), Seg::Index(i)]);
-                let tname = t.get("name").and_then(Value::as_str).unwrap_or("?");
-                places.push(Place {
-                    label: format!("template {tname}"),
-                    metadata: under(&entry, &[key("metadata")]),
-                    spec: entry,
-                    volumes: spec.clone(),
-                    argo: true,
-                    restart: Restart::Argo,
-                    default_container: Some("main"),
-                });
-            }
-            workload(Ok(places));
+            Some(Ok(argo_places(doc, spec)))
         }
-        _ if has_containers(object) => workload(Err(format!(
+        _ if has_containers(object) => Some(Err(format!(
             "unknown kind {}{kind} holds containers: not changed; teach it with --template-path {kind}=PATH (e.g. spec.template)",
             if api.is_empty() { String::new() } else { format!("{api} ") }
         ))),
-        _ => {}
+        _ => None,
     }
+}
+
+/// Every template a built-in path with `[]` steps reaches.
+fn each_template(doc: &Value, at: &Path, steps: &str, default: Option<&'static str>) -> Vec<Place> {
+    let taught: TemplatePath = format!("x={steps}").parse().expect("a built-in path");
+    let mut paths = Vec::new();
+    expand(doc, at.clone(), &taught.steps, &mut paths);
+    paths
+        .into_iter()
+        .map(|path| {
+            let label = label(&path[at.len()..].to_vec());
+            template(path, label, Restart::PodSpec("Never"), default)
+        })
+        .collect()
+}
+
+/// A Kubeflow job's replicas, each with its own restart policy.
+fn kubeflow_places(object: &Value, at: &Path, kind: &str) -> Vec<Place> {
+    let (field, container, default_restart) = kubeflow(kind).unwrap_or_default();
+    let replicas = object.pointer(&format!("/spec/{field}")).and_then(Value::as_object);
+    replicas
+        .into_iter()
+        .flatten()
+        .map(|(replica, spec)| {
+            let restart = spec.get("restartPolicy").and_then(Value::as_str).unwrap_or(default_restart);
+            let path = under(at, &[key("spec"), key(field), key(replica), key("template")]);
+            template(path, replica.clone(), Restart::Replica(Some(restart.to_string())), Some(container))
+        })
+        .collect()
+}
+
+/// An Argo workflow's templates that hold a container of their own.
+fn argo_places(doc: &Value, spec: Path) -> Vec<Place> {
+    let templates = get(doc, &spec).and_then(|s| s.get("templates")).and_then(Value::as_array);
+    let mut places = Vec::new();
+    for (i, t) in templates.into_iter().flatten().enumerate() {
+        if !["container", "script", "containerSet"].iter().any(|f| t.get(*f).is_some()) {
+            continue; // steps, dag, resource, suspend: no container of their own
+        }
+        let entry = under(&spec, &[key("templates"), Seg::Index(i)]);
+        let name = t.get("name").and_then(Value::as_str).unwrap_or("?");
+        places.push(Place {
+            label: format!("template {name}"),
+            metadata: under(&entry, &[key("metadata")]),
+            spec: entry,
+            volumes: spec.clone(),
+            argo: true,
+            restart: Restart::Argo,
+            default_container: Some("main"),
+        });
+    }
+    places
 }
