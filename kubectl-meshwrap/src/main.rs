@@ -12,6 +12,31 @@ use kubectl_meshwrap::webhook::{admission, server};
 use kubectl_meshwrap::{inject, krm, manifests, say};
 
 fn main() {
+    let cli = parse();
+    let code = match cli.command {
+        Some(Command::Inject(args)) => {
+            require_image(args.shared.pod.image.as_deref());
+            inject::run(&inject::Request {
+                files: args.files,
+                in_place: args.in_place,
+                strict: args.shared.strict,
+                options: args.shared.pod.options(),
+                taught: args.shared.template_paths,
+            })
+        }
+        Some(Command::Webhook(args)) => webhook(args),
+        Some(Command::Manifests(args)) => manifests(args),
+        Some(Command::Fn(shared)) => krm::run(&shared.pod.options(), &shared.template_paths, shared.strict),
+        None => {
+            say("no command: try `kubectl meshwrap inject --image IMAGE -f FILE`, or --help");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+/// The command line; bad usage is one line on stderr and exit 2.
+fn parse() -> Cli {
     // kustomize and kpt run a function with no arguments: that is `fn`, with
     // the same variables.
     let bare = std::env::args_os().len() == 1 && !std::io::stdin().is_terminal();
@@ -20,7 +45,7 @@ fn main() {
     } else {
         Cli::try_parse()
     };
-    let cli = match parsed {
+    match parsed {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
             // One line: what was wrong and what is accepted.
@@ -37,91 +62,74 @@ fn main() {
             let _ = e.print();
             std::process::exit(0);
         }
+    }
+}
+
+fn webhook(args: kubectl_meshwrap::cli::Webhook) -> i32 {
+    let (Some(tls_cert), Some(tls_key)) = (args.tls_cert, args.tls_key) else {
+        say(
+            "--tls-cert (MESHWRAP_TLS_CERT) and --tls-key (MESHWRAP_TLS_KEY) are required: PEM files of the serving certificate and its key",
+        );
+        std::process::exit(2);
     };
-    let code = match cli.command {
-        Some(Command::Inject(args)) => {
-            require_image(args.shared.pod.image.as_deref());
-            inject::run(&inject::Request {
-                files: args.files,
-                in_place: args.in_place,
-                strict: args.shared.strict,
-                options: args.shared.pod.options(),
-                taught: args.shared.template_paths,
-            })
-        }
-        Some(Command::Webhook(args)) => {
-            let (Some(tls_cert), Some(tls_key)) = (args.tls_cert, args.tls_key) else {
-                say(
-                    "--tls-cert (MESHWRAP_TLS_CERT) and --tls-key (MESHWRAP_TLS_KEY) are required: PEM files of the serving certificate and its key",
-                );
-                std::process::exit(2);
-            };
-            require_image(args.pod.image.as_deref());
-            server::run(server::Config {
-                listen: args.listen,
-                tls_cert,
-                tls_key,
-                client_timeout: args.client_timeout,
-                idle_timeout: args.idle_timeout,
-                max_connections: args.max_connections,
-                max_handshakes: args.max_handshakes,
-                shutdown_delay: args.shutdown_delay,
-                drain_timeout: args.drain_timeout,
-                settings: admission::Settings {
-                    options: args.pod.options(),
-                    namespace: args.namespace,
-                },
-            })
-        }
-        Some(Command::Manifests(args)) => {
-            require_image(args.pod.image.as_deref());
-            let Some(webhook_image) = args.webhook_image.filter(|i| !i.is_empty()) else {
-                say(
-                    "--webhook-image (MESHWRAP_WEBHOOK_IMAGE) is required: the kubectl-meshwrap image the webhook runs, e.g. registry.example.com/kubectl-meshwrap:0.1.0",
-                );
-                std::process::exit(2);
-            };
-            let previous_ca = match args.previous_ca.as_deref().map(manifests::read_previous_ca) {
-                None => None,
-                Some(Ok(text)) => Some(text),
-                Some(Err(e)) => {
-                    say(&e);
-                    std::process::exit(2);
-                }
-            };
-            let request = manifests::Request {
-                namespace: args.namespace,
-                create_namespace: args.create_namespace,
-                webhook_image,
-                self_signed: args.self_signed,
-                previous_ca,
-                pod_cidrs: args.pod_cidrs,
-                options: args.pod.options(),
-            };
-            match manifests::render(&request) {
-                Ok(text) => {
-                    use std::io::Write;
-                    match std::io::stdout().lock().write_all(text.as_bytes()) {
-                        Ok(()) => 0,
-                        Err(e) => {
-                            say(&format!("writing the manifests: {e}"));
-                            1
-                        }
-                    }
-                }
-                Err(e) => {
-                    say(&e);
-                    1
-                }
-            }
-        }
-        Some(Command::Fn(shared)) => krm::run(&shared.pod.options(), &shared.template_paths, shared.strict),
-        None => {
-            say("no command: try `kubectl meshwrap inject --image IMAGE -f FILE`, or --help");
-            2
+    require_image(args.pod.image.as_deref());
+    server::run(server::Config {
+        listen: args.listen,
+        tls_cert,
+        tls_key,
+        client_timeout: args.client_timeout,
+        idle_timeout: args.idle_timeout,
+        max_connections: args.max_connections,
+        max_handshakes: args.max_handshakes,
+        shutdown_delay: args.shutdown_delay,
+        drain_timeout: args.drain_timeout,
+        settings: admission::Settings {
+            options: args.pod.options(),
+            namespace: args.namespace,
+        },
+    })
+}
+
+fn manifests(args: kubectl_meshwrap::cli::Manifests) -> i32 {
+    require_image(args.pod.image.as_deref());
+    let Some(webhook_image) = args.webhook_image.filter(|i| !i.is_empty()) else {
+        say(
+            "--webhook-image (MESHWRAP_WEBHOOK_IMAGE) is required: the kubectl-meshwrap image the webhook runs, e.g. registry.example.com/kubectl-meshwrap:0.1.0",
+        );
+        std::process::exit(2);
+    };
+    let previous_ca = match args.previous_ca.as_deref().map(manifests::read_previous_ca) {
+        None => None,
+        Some(Ok(text)) => Some(text),
+        Some(Err(e)) => {
+            say(&e);
+            std::process::exit(2);
         }
     };
-    std::process::exit(code);
+    let request = manifests::Request {
+        namespace: args.namespace,
+        create_namespace: args.create_namespace,
+        webhook_image,
+        self_signed: args.self_signed,
+        previous_ca,
+        pod_cidrs: args.pod_cidrs,
+        options: args.pod.options(),
+    };
+    let text = match manifests::render(&request) {
+        Ok(text) => text,
+        Err(e) => {
+            say(&e);
+            return 1;
+        }
+    };
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Ok(()) => 0,
+        Err(e) => {
+            say(&format!("writing the manifests: {e}"));
+            1
+        }
+    }
 }
 
 /// Every front end but the KRM function (whose config may name it) needs the

@@ -940,20 +940,35 @@ fn additions(pod: &Pod, d: &Decision, opts: &Options) -> Outcome {
             &mut ops,
         );
     }
-    let status = json!({
+    let mut annotations = d.switches.annotations.clone();
+    annotations.push((STATUS.into(), status(d, opts)));
+    match annotation_ops(doc, &place.metadata, annotations) {
+        Some(more) => ops.extend(more),
+        None => return skip("no-metadata", "no place for the pod's metadata"),
+    }
+    Outcome::Injected {
+        container: d.chosen.name.clone(),
+        policy: d.policy.clone(),
+        guard: d.guard,
+        ops,
+        notes: notes(d),
+    }
+}
+
+/// The status annotation: what was done, and by which version.
+fn status(d: &Decision, opts: &Options) -> String {
+    json!({
         "version": VERSION,
         "container": d.chosen.name,
         "quitPolicy": d.policy,
         "guard": d.guard,
         "delivery": opts.delivery.name(),
     })
-    .to_string();
-    let mut annotations = d.switches.annotations.clone();
-    annotations.push((STATUS.into(), status));
-    match annotation_ops(doc, &place.metadata, annotations) {
-        Some(more) => ops.extend(more),
-        None => return skip("no-metadata", "no place for the pod's metadata"),
-    }
+    .to_string()
+}
+
+/// What the report says beyond the container and the policy.
+fn notes(d: &Decision) -> Vec<String> {
     let mut notes = d.switches.notes.clone();
     if !d.no_quit.is_empty() {
         let codes = restart::flag(&d.no_quit);
@@ -962,13 +977,7 @@ fn additions(pod: &Pod, d: &Decision, opts: &Options) -> Outcome {
             format!("--no-quit-on-exit {codes}: the kubelet restarts the container on those"),
         );
     }
-    Outcome::Injected {
-        container: d.chosen.name.clone(),
-        policy: d.policy.clone(),
-        guard: d.guard,
-        ops,
-        notes,
-    }
+    notes
 }
 
 /// The init container that copies meshwrap into its volume.

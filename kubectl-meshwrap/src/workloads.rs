@@ -270,19 +270,32 @@ fn kubeflow_places(object: &Value, at: &Path, kind: &str) -> Vec<Place> {
         .into_iter()
         .flatten()
         .map(|(replica, spec)| {
-            let restart = spec.get("restartPolicy").and_then(Value::as_str).unwrap_or(default_restart);
+            let restart = spec
+                .get("restartPolicy")
+                .and_then(Value::as_str)
+                .unwrap_or(default_restart);
             let path = under(at, &[key("spec"), key(field), key(replica), key("template")]);
-            template(path, replica.clone(), Restart::Replica(Some(restart.to_string())), Some(container))
+            template(
+                path,
+                replica.clone(),
+                Restart::Replica(Some(restart.to_string())),
+                Some(container),
+            )
         })
         .collect()
 }
 
 /// An Argo workflow's templates that hold a container of their own.
 fn argo_places(doc: &Value, spec: Path) -> Vec<Place> {
-    let templates = get(doc, &spec).and_then(|s| s.get("templates")).and_then(Value::as_array);
+    let templates = get(doc, &spec)
+        .and_then(|s| s.get("templates"))
+        .and_then(Value::as_array);
     let mut places = Vec::new();
     for (i, t) in templates.into_iter().flatten().enumerate() {
-        if !["container", "script", "containerSet"].iter().any(|f| t.get(*f).is_some()) {
+        if !["container", "script", "containerSet"]
+            .iter()
+            .any(|f| t.get(*f).is_some())
+        {
             continue; // steps, dag, resource, suspend: no container of their own
         }
         let entry = under(&spec, &[key("templates"), Seg::Index(i)]);

@@ -127,16 +127,7 @@ impl<'d> Watch<'d> {
                 // A run under way is not bound; only a start is.
                 Verdict::Running => bound = None,
                 Verdict::Over(record) => {
-                    if record.policy != policy {
-                        log!(
-                            Warn,
-                            format!(
-                                "guard: meshwrap ran with --quit-policy {} but the guard has {}; following meshwrap's",
-                                record.policy.name(),
-                                policy.name()
-                            )
-                        );
-                    }
+                    warn_if_policies_differ(record.policy, policy);
                     match decide(&record, no_quit) {
                         Some(outcome) => return Ok(outcome),
                         None => {
@@ -174,6 +165,20 @@ impl<'d> Watch<'d> {
     }
 }
 
+/// A recorded run carries meshwrap's own policy, which the guard follows.
+fn warn_if_policies_differ(meshwraps: QuitPolicy, guards: QuitPolicy) {
+    if meshwraps != guards {
+        log!(
+            Warn,
+            format!(
+                "guard: meshwrap ran with --quit-policy {} but the guard has {}; following meshwrap's",
+                meshwraps.name(),
+                guards.name()
+            )
+        );
+    }
+}
+
 /// Looks at the directory under the shared lock.
 fn judge(dir: &Path, judged: u64) -> io::Result<Verdict> {
     let lock = match OpenOptions::new()
@@ -202,19 +207,7 @@ fn judge(dir: &Path, judged: u64) -> io::Result<Verdict> {
 fn decide(record: &Record, no_quit: &[(u8, u8)]) -> Option<Outcome> {
     let generation = record.generation;
     let code = record.exit.map_or_else(|| "exec".to_string(), |c| c.to_string());
-    // A group kill ends the container with 137 (SIGKILL).
-    let exit = if record.phase == Phase::Done {
-        record.exit
-    } else {
-        Some(137)
-    };
-    if exit.is_some_and(|c| no_quit.iter().any(|&(low, high)| (low..=high).contains(&c))) {
-        log!(
-            Info,
-            "guard: the kubelet restarts the container on this exit code (--no-quit-on-exit); waiting for the restarted container's run",
-            generation = generation,
-            code = exit.unwrap_or_default()
-        );
+    if restarted(record, no_quit) {
         return None;
     }
     match (record.phase, record.policy) {
@@ -282,6 +275,26 @@ fn decide(record: &Record, no_quit: &[(u8, u8)]) -> Option<Outcome> {
             Some(Outcome::Nothing)
         }
     }
+}
+
+/// Whether the kubelet restarts the container after this run: its exit
+/// code, or 137 (SIGKILL) for a group kill, is one of `--no-quit-on-exit`.
+fn restarted(record: &Record, no_quit: &[(u8, u8)]) -> bool {
+    let exit = if record.phase == Phase::Done {
+        record.exit
+    } else {
+        Some(137)
+    };
+    let restarted = exit.is_some_and(|c| no_quit.iter().any(|&(low, high)| (low..=high).contains(&c)));
+    if restarted {
+        log!(
+            Info,
+            "guard: the kubelet restarts the container on this exit code (--no-quit-on-exit); waiting for the restarted container's run",
+            generation = record.generation,
+            code = exit.unwrap_or_default()
+        );
+    }
+    restarted
 }
 
 /// No run began within the bound: the wrapped container never started

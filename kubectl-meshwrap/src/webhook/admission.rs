@@ -87,82 +87,16 @@ pub fn review(body: &[u8], settings: &Settings) -> Result<Answer, String> {
         _ => return Err("the AdmissionReview's request has no uid".into()),
     };
     let object = request.get("object").unwrap_or(&Value::Null);
-    let namespace = match text(request, "/namespace") {
-        "" => text(object, "/metadata/namespace"),
-        ns => ns,
-    }
-    .to_string();
-    let pod = match (text(object, "/metadata/name"), text(object, "/metadata/generateName")) {
-        ("", "") => "(unnamed)".to_string(),
-        ("", generate) => format!("{generate}*"),
-        (name, _) => name.to_string(),
-    };
-    let owner = controller(object).map(|(kind, _, name)| format!("{kind}/{name}"));
-    let mut decision = Decision {
-        outcome: "ignored",
-        code: "",
-        reason: String::new(),
-        container: None,
-        uid: uid.clone(),
-        namespace: namespace.clone(),
-        pod,
-        owner,
-        patched: false,
-    };
+    let mut decision = described(request, object, &uid);
     let mut response = Map::new();
     response.insert("uid".into(), Value::String(uid));
     response.insert("allowed".into(), Value::Bool(true));
-
-    let operation = text(request, "/operation");
-    let is_pod = text(request, "/kind/group").is_empty()
-        && text(request, "/kind/version") == "v1"
-        && text(request, "/kind/kind") == "Pod"
-        && text(request, "/subResource").is_empty();
-    if !is_pod || operation != "CREATE" {
-        decision.code = "not-pod-create";
-        decision.reason = format!(
-            "only Pod CREATE is wrapped, not {} {}{}",
-            if operation.is_empty() {
-                "(no operation)"
-            } else {
-                operation
-            },
-            match text(request, "/kind/kind") {
-                "" => "(no kind)",
-                k => k,
-            },
-            match text(request, "/subResource") {
-                "" => String::new(),
-                sub => format!(" ({sub})"),
-            }
-        );
-    } else if !object.is_object() {
-        return Err("the Pod CREATE request has no object".into());
-    } else if namespace == settings.namespace || namespace == "kube-system" {
-        decision.code = "namespace";
-        decision.reason = format!("namespace {namespace} is never selected");
-    } else if [
-        object.pointer("/metadata/labels").and_then(|l| l.get(INJECT)),
-        object.pointer("/metadata/annotations").and_then(|a| a.get(INJECT)),
-    ]
-    .contains(&Some(&json!("false")))
-    {
-        decision.outcome = "skipped";
-        decision.code = "opted-out";
-        decision.reason = format!("opted out: {INJECT} is \"false\"");
+    if let Some((outcome, code, reason)) = left_alone(request, object, &decision.namespace, settings)? {
+        (decision.outcome, decision.code, decision.reason) = (outcome, code, reason);
     } else {
         let patch = decide(object, settings, &mut decision);
         if !decision.reason.is_empty() && decision.outcome == "skipped" {
-            let mut warning = format!("meshwrap: pod not wrapped: {}", decision.reason);
-            if warning.len() > MAX_WARNING {
-                let mut end = MAX_WARNING - 3;
-                while !warning.is_char_boundary(end) {
-                    end -= 1;
-                }
-                warning.truncate(end);
-                warning.push_str("...");
-            }
-            response.insert("warnings".into(), json!([warning]));
+            response.insert("warnings".into(), json!([warning(&decision.reason)]));
         }
         if !patch.is_empty() {
             decision.patched = true;
@@ -178,6 +112,101 @@ pub fn review(body: &[u8], settings: &Settings) -> Result<Answer, String> {
         review: json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}),
         decision,
     })
+}
+
+/// The decision's description of the request, before anything is decided.
+fn described(request: &Value, object: &Value, uid: &str) -> Decision {
+    let namespace = match text(request, "/namespace") {
+        "" => text(object, "/metadata/namespace"),
+        ns => ns,
+    }
+    .to_string();
+    let pod = match (text(object, "/metadata/name"), text(object, "/metadata/generateName")) {
+        ("", "") => "(unnamed)".to_string(),
+        ("", generate) => format!("{generate}*"),
+        (name, _) => name.to_string(),
+    };
+    Decision {
+        outcome: "ignored",
+        code: "",
+        reason: String::new(),
+        container: None,
+        uid: uid.to_string(),
+        namespace,
+        pod,
+        owner: controller(object).map(|(kind, _, name)| format!("{kind}/{name}")),
+        patched: false,
+    }
+}
+
+/// Requests the webhook leaves alone before deciding anything: not a Pod
+/// CREATE, a namespace never selected, a pod that opted out. `Err`: a Pod
+/// CREATE without its pod (a 400).
+fn left_alone(
+    request: &Value,
+    object: &Value,
+    namespace: &str,
+    settings: &Settings,
+) -> Result<Option<(&'static str, &'static str, String)>, String> {
+    let operation = text(request, "/operation");
+    let is_pod = text(request, "/kind/group").is_empty()
+        && text(request, "/kind/version") == "v1"
+        && text(request, "/kind/kind") == "Pod"
+        && text(request, "/subResource").is_empty();
+    if !is_pod || operation != "CREATE" {
+        let sub = match text(request, "/subResource") {
+            "" => String::new(),
+            sub => format!(" ({sub})"),
+        };
+        let what = format!(
+            "only Pod CREATE is wrapped, not {} {}{sub}",
+            or(operation, "(no operation)"),
+            or(text(request, "/kind/kind"), "(no kind)")
+        );
+        return Ok(Some(("ignored", "not-pod-create", what)));
+    }
+    if !object.is_object() {
+        return Err("the Pod CREATE request has no object".into());
+    }
+    if namespace == settings.namespace || namespace == "kube-system" {
+        return Ok(Some((
+            "ignored",
+            "namespace",
+            format!("namespace {namespace} is never selected"),
+        )));
+    }
+    let opted_out = [
+        object.pointer("/metadata/labels").and_then(|l| l.get(INJECT)),
+        object.pointer("/metadata/annotations").and_then(|a| a.get(INJECT)),
+    ]
+    .contains(&Some(&json!("false")));
+    if opted_out {
+        return Ok(Some((
+            "skipped",
+            "opted-out",
+            format!("opted out: {INJECT} is \"false\""),
+        )));
+    }
+    Ok(None)
+}
+
+/// `value`, or `none` where it is empty.
+fn or<'a>(value: &'a str, none: &'a str) -> &'a str {
+    if value.is_empty() { none } else { value }
+}
+
+/// One admission warning, within the API server's bound.
+fn warning(reason: &str) -> String {
+    let mut warning = format!("meshwrap: pod not wrapped: {reason}");
+    if warning.len() > MAX_WARNING {
+        let mut end = MAX_WARNING - 3;
+        while !warning.is_char_boundary(end) {
+            end -= 1;
+        }
+        warning.truncate(end);
+        warning.push_str("...");
+    }
+    warning
 }
 
 /// The pod's controller: kind, API group and name.
