@@ -102,6 +102,24 @@ pub struct PodOptions {
     #[arg(long, value_name = "WHEN", env = "MESHWRAP_NATIVE", default_value = "false", num_args = 0..=1,
           default_missing_value = "true", value_parser = ["true", "prefer", "false"])]
     pub native: String,
+    /// The UID meshwrap's containers run as, or none to leave it to the platform (OpenShift's restricted
+    /// SCC assigns one from the namespace's range); the meshwrap.io/run-as-user annotation overrides it
+    #[arg(long = "run-as-user", value_name = "UID|none", env = "MESHWRAP_RUN_AS_USER", default_value = "65532",
+          value_parser = run_as_user)]
+    pub run_as_user: String,
+    /// The resources of meshwrap's containers, KIND.RESOURCE=QUANTITY comma-separated, or none (a
+    /// LimitRange's); the meshwrap.io/resources annotation overrides it
+    #[arg(long, value_name = "SPEC|none", env = "MESHWRAP_RESOURCES", default_value = crate::transform::DEFAULT_RESOURCES,
+          value_parser = resources)]
+    pub resources: String,
+}
+
+fn run_as_user(s: &str) -> Result<String, String> {
+    crate::transform::parse_run_as_user(s).map(|_| s.to_string())
+}
+
+fn resources(s: &str) -> Result<String, String> {
+    crate::transform::parse_resources(s).map(|_| s.to_string())
 }
 
 #[derive(Args, Debug)]
@@ -241,6 +259,9 @@ impl PodOptions {
             },
             meshes: self.mesh.iter().filter_map(|m| crate::mesh::Kind::parse(m)).collect(),
             native: crate::transform::Native::parse(&self.native).unwrap_or_default(),
+            run_as_user: crate::transform::parse_run_as_user(&self.run_as_user)
+                .unwrap_or(Some(crate::transform::DEFAULT_UID)),
+            resources: crate::transform::parse_resources(&self.resources).unwrap_or_default(),
         }
     }
 }

@@ -294,7 +294,29 @@ fn webhook_env(opts: &Options) -> Vec<Value> {
     if let Some(native) = opts.native.flag() {
         envs.push(env("MESHWRAP_NATIVE", native));
     }
+    let defaults = Options::default();
+    if opts.run_as_user != defaults.run_as_user {
+        let uid = opts.run_as_user.map_or_else(|| "none".to_string(), |u| u.to_string());
+        envs.push(env("MESHWRAP_RUN_AS_USER", &uid));
+    }
+    if opts.resources != defaults.resources {
+        envs.push(env("MESHWRAP_RESOURCES", &resources_flag(opts.resources.as_ref())));
+    }
     envs
+}
+
+/// `requests.cpu=10m,...` from a container's resources (`none` for none).
+fn resources_flag(resources: Option<&Value>) -> String {
+    let Some(Value::Object(kinds)) = resources else {
+        return "none".into();
+    };
+    let mut items = Vec::new();
+    for (kind, values) in kinds {
+        for (resource, quantity) in values.as_object().into_iter().flatten() {
+            items.push(format!("{kind}.{resource}={}", quantity.as_str().unwrap_or_default()));
+        }
+    }
+    items.join(",")
 }
 
 fn container(req: &Request) -> Value {

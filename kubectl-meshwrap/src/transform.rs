@@ -31,6 +31,14 @@ pub const QUIT_POLICY: &str = "meshwrap.io/quit-policy";
 pub const IMAGE: &str = "meshwrap.io/image";
 pub const TIMEOUT: &str = "meshwrap.io/timeout";
 pub const SIDECAR: &str = "meshwrap.io/sidecar";
+/// The UID what meshwrap adds runs as, or `none` (the platform's choice, as
+/// OpenShift's restricted SCC assigns).
+pub const RUN_AS_USER: &str = "meshwrap.io/run-as-user";
+/// The resources of what meshwrap adds (`requests.cpu=10m,...`), or `none`.
+pub const RESOURCES: &str = "meshwrap.io/resources";
+/// meshwrap's own UID in its image, and the default.
+pub const DEFAULT_UID: u32 = 65532;
+pub const DEFAULT_RESOURCES: &str = "requests.cpu=10m,requests.memory=8Mi,limits.cpu=100m,limits.memory=32Mi";
 /// `"true"`: make the mesh's proxy native instead of wrapping; `"prefer"`:
 /// that, or the wrapper where the mesh has no native switch; `"false"`.
 pub const NATIVE: &str = "meshwrap.io/native";
@@ -120,6 +128,56 @@ pub struct Options {
     /// `--mesh`: the meshes a namespace injects, which a manifest cannot show.
     pub meshes: Vec<Kind>,
     pub native: Native,
+    /// The UID of what meshwrap adds; `None`: the platform assigns one.
+    pub run_as_user: Option<u32>,
+    /// The resources of what meshwrap adds; `None`: none (a LimitRange's).
+    pub resources: Option<Value>,
+}
+
+/// `N` (not 0: the containers run as non-root) or `none`.
+pub fn parse_run_as_user(value: &str) -> Result<Option<u32>, String> {
+    match value {
+        "none" => Ok(None),
+        _ => match value.parse::<u32>() {
+            Ok(0) => Err("0 is root, which runAsNonRoot forbids: give a UID above 0, or none".into()),
+            Ok(uid) => Ok(Some(uid)),
+            Err(_) => Err(format!("\"{value}\" is not a UID above 0 or none")),
+        },
+    }
+}
+
+/// `requests.cpu=10m,limits.memory=32Mi,...` or `none`, as the container's
+/// `resources`.
+pub fn parse_resources(value: &str) -> Result<Option<Value>, String> {
+    if value == "none" {
+        return Ok(None);
+    }
+    let accepts = "KIND.RESOURCE=QUANTITY items, comma-separated (KIND: requests or limits; e.g. \
+                   requests.cpu=10m,limits.memory=32Mi), or none";
+    let mut resources = serde_json::Map::new();
+    for item in value.split(',') {
+        let parsed = item.split_once('=').and_then(|(name, quantity)| {
+            let (kind, resource) = name.trim().split_once('.')?;
+            let ok = ["requests", "limits"].contains(&kind) && !resource.is_empty() && is_quantity(quantity.trim());
+            ok.then(|| (kind, resource, quantity.trim()))
+        });
+        let Some((kind, resource, quantity)) = parsed else {
+            return Err(format!("\"{item}\" is not one of {accepts}"));
+        };
+        let entry = resources.entry(kind).or_insert_with(|| json!({}));
+        entry[resource] = json!(quantity);
+    }
+    Ok(Some(Value::Object(resources)))
+}
+
+/// A Kubernetes quantity: a decimal number and an optional suffix.
+fn is_quantity(q: &str) -> bool {
+    let digits = q.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(q.len());
+    let (number, suffix) = q.split_at(digits);
+    let suffixes = [
+        "", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei",
+    ];
+    number.parse::<f64>().is_ok() && !number.starts_with('.') && suffixes.contains(&suffix)
 }
 
 impl Default for Options {
@@ -132,6 +190,8 @@ impl Default for Options {
             delivery: Delivery::InitContainer,
             meshes: Vec::new(),
             native: Native::Off,
+            run_as_user: Some(DEFAULT_UID),
+            resources: parse_resources(DEFAULT_RESOURCES).unwrap_or_default(),
         }
     }
 }
@@ -220,23 +280,53 @@ fn put(doc: &Value, path: &Path, field: &str, first: bool, values: Vec<Value>, o
     }
 }
 
-/// The restricted profile's securityContext and small resources, for what
-/// meshwrap adds.
-fn hardened(mut container: Value) -> Value {
-    container["securityContext"] = json!({
-        "runAsNonRoot": true,
-        "runAsUser": 65532,
-        "runAsGroup": 65532,
+/// How what meshwrap adds fits the platform: its UID and its resources.
+#[derive(Clone, Debug, PartialEq)]
+struct Fit {
+    run_as_user: Option<u32>,
+    resources: Option<Value>,
+}
+
+/// The restricted profile's securityContext, with the UID the platform
+/// allows (or none, for it to assign), and the resources asked for.
+fn hardened(mut container: Value, fit: &Fit) -> Value {
+    let mut security = serde_json::Map::new();
+    security.insert("runAsNonRoot".into(), json!(true));
+    if let Some(uid) = fit.run_as_user {
+        security.insert("runAsUser".into(), json!(uid));
+        security.insert("runAsGroup".into(), json!(uid));
+    }
+    let rest = json!({
         "readOnlyRootFilesystem": true,
         "allowPrivilegeEscalation": false,
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"}
     });
-    container["resources"] = json!({
-        "requests": {"cpu": "10m", "memory": "8Mi"},
-        "limits": {"cpu": "100m", "memory": "32Mi"}
-    });
+    security.extend(
+        rest.as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+    container["securityContext"] = Value::Object(security);
+    if let Some(resources) = &fit.resources {
+        container["resources"] = resources.clone();
+    }
     container
+}
+
+/// The UID and resources: the pod's annotations over the options.
+fn fit(pod: &Pod, opts: &Options) -> Result<Fit, Outcome> {
+    let bad = |name: &str, why: String| skip("bad-annotation", format!("{name}: {why}"));
+    let run_as_user = match pod.annotation(RUN_AS_USER) {
+        Some(v) => parse_run_as_user(v).map_err(|why| bad(RUN_AS_USER, why))?,
+        None => opts.run_as_user,
+    };
+    let resources = match pod.annotation(RESOURCES) {
+        Some(v) => parse_resources(v).map_err(|why| bad(RESOURCES, why))?,
+        None => opts.resources.clone(),
+    };
+    Ok(Fit { run_as_user, resources })
 }
 
 /// The restart policy the pod template inherits (a Kubeflow replica's
@@ -314,6 +404,7 @@ fn decide<'a>(doc: &'a Value, place: &'a Place, opts: &Options) -> Result<(Pod<'
     needs_command(&chosen)?;
     let (policy, no_quit) = quit_policy(&pod, &chosen, opts)?;
     let (image, timeout) = settings(&pod, opts)?;
+    let fit = fit(&pod, opts)?;
     let mesh = mesh(&pod, &found, opts)?;
     let guard = policy != "never" && !mesh.native_only;
     conflicts(&pod, &chosen)?;
@@ -328,6 +419,7 @@ fn decide<'a>(doc: &'a Value, place: &'a Place, opts: &Options) -> Result<(Pod<'
             no_quit,
             image,
             timeout,
+            fit,
             mesh,
             guard,
             switches,
@@ -410,6 +502,7 @@ struct Decision<'a> {
     no_quit: Vec<(u8, u8)>,
     image: String,
     timeout: Option<String>,
+    fit: Fit,
     mesh: Mesh,
     guard: bool,
     switches: Switches,
@@ -915,7 +1008,7 @@ fn additions(pod: &Pod, d: &Decision, opts: &Options) -> Outcome {
             &place.spec,
             "initContainers",
             true,
-            vec![install_container(&d.image)],
+            vec![install_container(d)],
             &mut ops,
         );
     }
@@ -981,20 +1074,21 @@ fn notes(d: &Decision) -> Vec<String> {
 }
 
 /// The init container that copies meshwrap into its volume.
-fn install_container(image: &str) -> Value {
-    hardened(json!({
+fn install_container(d: &Decision) -> Value {
+    let container = json!({
         "name": INSTALL_CONTAINER,
-        "image": image,
+        "image": d.image,
         "args": ["install", BIN_DIR],
         "volumeMounts": [{"name": BIN_VOLUME, "mountPath": BIN_DIR}]
-    }))
+    });
+    hardened(container, &d.fit)
 }
 
 /// The guard container: meshwrap's own flags after `guard`.
 fn guard_container(d: &Decision, flags: &[String]) -> Value {
     let mut args = vec![json!("guard")];
     args.extend(flags.iter().map(|f| json!(f)));
-    hardened(json!({
+    let container = json!({
         "name": GUARD_CONTAINER,
         "image": d.image,
         "args": args,
@@ -1002,5 +1096,6 @@ fn guard_container(d: &Decision, flags: &[String]) -> Value {
             {"name": GUARD_VOLUME, "mountPath": GUARD_DIR},
             {"name": d.podinfo, "mountPath": PODINFO_DIR, "readOnly": true}
         ]
-    }))
+    });
+    hardened(container, &d.fit)
 }

@@ -1,0 +1,80 @@
+//! The pod options every front end takes (--mesh, --native, --run-as-user,
+//! --resources): a bad value is one line naming the flag or variable and
+//! what it accepts, exit 2, and nothing written; the webhook refuses to
+//! start on one too.
+
+mod common;
+
+use common::*;
+
+const JOB: &str = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n        - {name: c, image: x, command: [run]}\n";
+
+fn refused(args: &[&str], env: &[(&str, &str)], names: &str, accepts: &str) {
+    let mut line = vec!["inject", "--image", IMAGE];
+    line.extend(args);
+    let run = run_in(None, &line, JOB, env);
+    assert_eq!(run.code, 2, "{args:?} {env:?}: {}", run.stderr);
+    assert!(run.stdout.is_empty(), "nothing written");
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(names) && run.stderr.contains(accepts),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn bad_pod_options_are_one_line_that_names_them() {
+    refused(&["--run-as-user", "0"], &[], "--run-as-user", "runAsNonRoot");
+    refused(&["--run-as-user", "me"], &[], "--run-as-user", "a UID above 0 or none");
+    refused(
+        &[],
+        &[("MESHWRAP_RUN_AS_USER", "-5")],
+        "--run-as-user",
+        "a UID above 0 or none",
+    );
+    refused(&["--resources", "cpu=1"], &[], "--resources", "requests or limits");
+    refused(
+        &["--resources", "limits.memory=lots"],
+        &[],
+        "--resources",
+        "KIND.RESOURCE=QUANTITY",
+    );
+    refused(
+        &["--mesh", "consul"],
+        &[],
+        "--mesh",
+        "auto, istio, linkerd, vault, dapr or cloudsql",
+    );
+    refused(&["--native", "maybe"], &[], "--native", "prefer");
+}
+
+#[test]
+fn run_as_user_none_leaves_the_uid_to_the_platform_and_resources_none_adds_none() {
+    let run = kubectl_meshwrap(
+        &[
+            "inject",
+            "--image",
+            IMAGE,
+            "--run-as-user",
+            "none",
+            "--resources",
+            "none",
+            "-f",
+            "-",
+        ],
+        JOB,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        !run.stdout.contains("runAsUser") && !run.stdout.contains("resources:"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("runAsNonRoot: true"), "{}", run.stdout);
+    let run = kubectl_meshwrap(
+        &["inject", "--image", IMAGE, "--run-as-user", "1000680000", "-f", "-"],
+        JOB,
+    );
+    assert!(run.stdout.contains("runAsUser: 1000680000"), "{}", run.stdout);
+}
