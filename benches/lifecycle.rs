@@ -11,6 +11,11 @@
 //! markdown table and writes it to BENCHMARKS.md, with the readiness latency
 //! distribution plotted in images/readiness-latency.svg; `--quick` runs a few
 //! repetitions of each for CI and writes nothing.
+//!
+//! `--poll frugal` is measured beside linkerd-await, the peer whose CPU it
+//! must not exceed, when MESHWRAP_BENCH_PEER names a linkerd-await binary
+//! (built outside this repository); without it the peer rows say so and
+//! frugal is judged against the peer's figures from an earlier run.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -272,8 +277,13 @@ impl Drop for Sidecar {
 #[derive(Clone, Copy, PartialEq)]
 enum Wrapper {
     Meshwrap,
-    /// meshwrap built with another readiness schedule (the binary's path).
-    Schedule(&'static str),
+    /// meshwrap built with another readiness schedule (the binary's path),
+    /// run with `--poll frugal` when the schedule is a frugal one.
+    Schedule(&'static str, bool),
+    /// The shipped binary with `--poll frugal`.
+    Frugal,
+    /// linkerd-await (MESHWRAP_BENCH_PEER): `--port`, and `--timeout` if given.
+    Peer(&'static str),
     Baseline,
     Direct,
     Shell,
@@ -366,6 +376,18 @@ fn meshwrap_bin() -> &'static str {
     })
 }
 
+/// linkerd-await, if MESHWRAP_BENCH_PEER names its binary.
+fn peer_bin() -> Option<&'static str> {
+    let path = std::env::var("MESHWRAP_BENCH_PEER").ok()?;
+    std::path::Path::new(&path)
+        .is_file()
+        .then(|| &*Box::leak(path.into_boxed_str()))
+}
+
+/// linkerd-await's figures from run3 (2026-11), for when it cannot run here:
+/// median readiness latency in the 1-3 s window, and CPU over a 5 s wait (ms).
+const PEER_RUN3: (f64, f64) = (505.0, 2.4);
+
 /// The lines a pipe carries, as they arrive.
 fn lines_of(pipe: impl Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
     let (tx, lines) = std::sync::mpsc::channel();
@@ -420,14 +442,16 @@ fn start(wrapper: Wrapper, sidecars: &[&Sidecar], mode: &str, extra: &[&str]) ->
     let me = std::env::current_exe().unwrap();
     let helper = format!("{} --helper {mode}", me.display());
     let mut cmd = match wrapper {
-        Wrapper::Meshwrap | Wrapper::Schedule(_) => {
-            let bin = if let Wrapper::Schedule(bin) = wrapper {
-                bin
-            } else {
-                meshwrap_bin()
+        Wrapper::Meshwrap | Wrapper::Schedule(..) | Wrapper::Frugal => {
+            let (bin, frugal) = match wrapper {
+                Wrapper::Schedule(bin, frugal) => (bin, frugal),
+                _ => (meshwrap_bin(), wrapper == Wrapper::Frugal),
             };
             let mut cmd = Command::new(bin);
             cmd.arg("-q");
+            if frugal {
+                cmd.args(["--poll", "frugal"]);
+            }
             for s in sidecars {
                 cmd.args(["--ready-url", &s.ready_url(), "--quit-url", &s.quit_url()]);
             }
@@ -443,6 +467,15 @@ fn start(wrapper: Wrapper, sidecars: &[&Sidecar], mode: &str, extra: &[&str]) ->
             );
             let mut cmd = Command::new("bash");
             cmd.args(["-c", &script]);
+            cmd
+        }
+        Wrapper::Peer(bin) => {
+            let mut cmd = Command::new(bin);
+            cmd.args(["--port", &sidecars[0].port.to_string()]);
+            if let Some(i) = extra.iter().position(|&a| a == "--timeout") {
+                cmd.args(["--timeout", extra[i + 1]]);
+            }
+            cmd.arg("--").arg(&me).args(["--helper", mode]);
             cmd
         }
         Wrapper::Direct => {
@@ -695,8 +728,54 @@ impl Bench {
         } else {
             None
         };
+        let frugal = self.frugal_readiness(&mut seed);
         self.note(format!("readiness: the sidecar turns ready at a random moment in each window after the wrapper starts (stratified: one in each of as many equal slices of the window as there are runs) (an Istio proxy in a cluster typically takes 1-3 s: it waits for its configuration from istiod); the 503 case answers 503 from the start. Latency is from the flip to the command's first instruction, so it includes meshwrap's spawn of the command. {} runs per window and state within 3 s, {} in the 8-12 s window, 10 at a time in the shortest window and 25 in the others (each mostly sleeps: a few per cent of a core in all)", self.runs_in(WINDOWS[0].0), self.runs));
-        Readiness { windows, baseline }
+        Readiness {
+            windows,
+            baseline,
+            frugal,
+        }
+    }
+
+    /// `--poll frugal` against linkerd-await in the typical window (1-3 s):
+    /// the target is at most half of the peer's median latency.
+    fn frugal_readiness(&self, seed: &mut u64) -> Vec<(String, Sample)> {
+        let window = WINDOWS[1].0;
+        let n = self.runs_in(window);
+        let mut plotted = Vec::new();
+        for (state, refused) in [("refused -> 200", true), ("503 -> 200", false)] {
+            let frugal = latencies(Wrapper::Frugal, refused, window, n, seed);
+            let peer = peer_bin().map(|bin| latencies(Wrapper::Peer(bin), refused, window, n, seed));
+            let (peer_text, peer_median) = match &peer {
+                Some(p) => (
+                    format!("linkerd-await: {} / {} ms", fmt(p.median()), fmt(p.p95())),
+                    p.median(),
+                ),
+                None => (
+                    format!("linkerd-await: {} ms median (run3, 2026-11)", fmt(PEER_RUN3.0)),
+                    PEER_RUN3.0,
+                ),
+            };
+            self.row(
+                &format!(
+                    "--poll frugal vs linkerd-await: readiness latency, {state}, sidecar ready 1-3 s after start (median / p95)"
+                ),
+                format!("{} / {} ms", fmt(frugal.median()), fmt(frugal.p95())),
+                peer_text,
+                "median <= half of linkerd-await's",
+                self.judged(frugal.median() <= peer_median / 2.0),
+            );
+            plotted.push((format!("meshwrap --poll frugal, 1-3 s, {state}"), frugal));
+            if let Some(p) = peer {
+                plotted.push((format!("linkerd-await, 1-3 s, {state}"), p));
+            }
+        }
+        if peer_bin().is_none() {
+            self.note("linkerd-await: MESHWRAP_BENCH_PEER names no binary, so it was not run; frugal is judged against its run3 figures (2026-11: 505 ms median latency in 1-3 s, 2.4 ms CPU over a 5 s wait)".into());
+        } else {
+            self.note("linkerd-await (the peer): built from its repository outside this one and run as `linkerd-await --port PORT [--timeout 5s] -- CMD` against the same fake sidecar, in the same run; it polls localhost:PORT/ready with a fixed 1 s backoff".into());
+        }
+        plotted
     }
 
     /// The readiness schedule's trade-off: each candidate built into the
@@ -708,46 +787,36 @@ impl Bench {
             return None;
         }
         let mut seed = now_ns() ^ 0x5eed;
-        let built: Vec<(&'static str, &'static str, &'static str)> = SCHEDULES
+        let mut built: Vec<(&'static str, bool, Wrapper)> = SCHEDULES
             .iter()
-            .map(|&(name, spec)| (name, spec, build_with_schedule(spec)))
-            .collect();
-        // CPU: each wait alone, as the "CPU over a 5 s wait" row measures it
-        // (with company, CPU caches stay warmer and every figure reads
-        // low): the median of three 5 s waits, and a 35 s wait whose last
-        // 30 s stand for the minute after (by 5 s every candidate polls at
-        // its longest interval).
-        let cpu: Vec<(f64, f64)> = built
-            .iter()
-            .map(|&(_, _, bin)| {
-                let waited = |secs: u64| {
-                    let sidecar = Sidecar::new();
-                    sidecar.listen();
-                    let timeout = format!("{secs}s");
-                    let r = start(
-                        Wrapper::Schedule(bin),
-                        &[&sidecar],
-                        "run",
-                        &["--timeout", &timeout, "--quit-policy", "never"],
-                    );
-                    ms(r.wait().1)
-                };
-                let five = Sample((0..3).map(|_| waited(5)).collect()).median();
-                (five, (waited(35) - five) * 2.0)
+            .map(|&(name, spec, frugal)| {
+                let chosen = spec == if frugal { DEFAULT_FRUGAL } else { DEFAULT_SCHEDULE };
+                (
+                    name,
+                    chosen,
+                    Wrapper::Schedule(build_with_schedule(spec, frugal), frugal),
+                )
             })
             .collect();
+        if let Some(bin) = peer_bin() {
+            built.push(("L: linkerd-await (a fixed 1 s backoff)", false, Wrapper::Peer(bin)));
+        }
         let mut candidates = Vec::new();
-        for (&(name, spec, bin), (first5, minute)) in built.iter().zip(cpu) {
+        for (name, chosen, wrapper) in built {
+            let (first5, minute) = self.cpu_of(wrapper);
             let medians: Vec<f64> = WINDOWS
                 .iter()
-                .map(|&(window, _)| {
-                    latencies(Wrapper::Schedule(bin), false, window, self.runs_in(window), &mut seed).median()
-                })
+                .map(|&(window, _)| latencies(wrapper, false, window, self.runs_in(window), &mut seed).median())
                 .collect();
-            let chosen = spec == DEFAULT_SCHEDULE;
+            let frugal = matches!(wrapper, Wrapper::Schedule(_, true));
+            let (kind, target) = match wrapper {
+                Wrapper::Peer(_) => ("", "reference"),
+                _ if frugal => (" (frugal)", "1-3 s <= half of L's; CPU <= L's"),
+                _ => ("", "10 / 25 / 50 ms; 25 ms; 0.2 %"),
+            };
             self.row(
                 &format!(
-                    "schedule {name}{}: median latency 0.05-0.5 / 1-3 / 8-12 s; CPU over the first 5 s; CPU after",
+                    "schedule {name}{kind}{}: median latency 0.05-0.5 / 1-3 / 8-12 s; CPU over the first 5 s; CPU after",
                     if chosen { " (the default)" } else { "" }
                 ),
                 format!(
@@ -759,7 +828,7 @@ impl Bench {
                     fmt(minute / 600.0)
                 ),
                 "".into(),
-                "10 / 25 / 50 ms; 25 ms; 0.2 %",
+                target,
                 None,
             );
             candidates.push(Candidate {
@@ -770,8 +839,30 @@ impl Bench {
                 chosen,
             });
         }
-        self.note("schedules: each candidate is the real static binary built with MESHWRAP_BENCH_SCHEDULE (first interval, slowdown, longest interval); latency is 503 -> 200, as many runs per window as above; CPU is over a 5 s wait (the median of three) and a 35 s wait for a sidecar that answers 503, each wait alone, and 'after' is the difference, per minute".into());
+        self.note("schedules: each candidate is the real static binary built with MESHWRAP_BENCH_SCHEDULE (fast: first interval, slowdown, longest interval) or MESHWRAP_BENCH_FRUGAL (frugal, run with --poll frugal: from, step, until, later); latency is 503 -> 200, as many runs per window as above; CPU is over a 5 s wait (the median of three) and a 35 s wait for a sidecar that answers 503, each wait alone, and 'after' is the difference, per minute; L, when present, is linkerd-await measured the same way".into());
         Some(candidates)
+    }
+
+    /// CPU of `wrapper` waiting for a 503-answering sidecar, each wait alone
+    /// (with company, CPU caches stay warmer and every figure reads low):
+    /// the median of three 5 s waits, and per minute after them, from a 35 s
+    /// wait whose last 30 s stand for the minute (by 5 s every candidate
+    /// polls at its longest interval).
+    fn cpu_of(&self, wrapper: Wrapper) -> (f64, f64) {
+        let waited = |secs: u64| {
+            let sidecar = Sidecar::new();
+            sidecar.listen();
+            let timeout = format!("{secs}s");
+            let r = start(
+                wrapper,
+                &[&sidecar],
+                "run",
+                &["--timeout", &timeout, "--quit-policy", "never"],
+            );
+            ms(r.wait().1)
+        };
+        let five = Sample((0..3).map(|_| waited(5)).collect()).median();
+        (five, (waited(35) - five) * 2.0)
     }
 
     /// The command's last instruction -> the sidecar receiving the POST.
@@ -886,15 +977,34 @@ impl Bench {
             (ms(cpu), sidecar.requests.load(Ordering::SeqCst))
         };
         // The median of three waits (one in --quick): single runs on this VM move by a fifth.
-        let median_of = |refused: bool| {
+        let median_of = |wrapper: Wrapper, refused: bool| {
             let mut runs: Vec<(f64, u64)> = (0..if self.quick { 1 } else { 3 })
-                .map(|_| wait(Wrapper::Meshwrap, refused))
+                .map(|_| wait(wrapper, refused))
                 .collect();
             runs.sort_by(|a, b| a.0.total_cmp(&b.0));
             runs[runs.len() / 2]
         };
-        let (refused_cpu, _) = median_of(true);
-        let (answering_cpu, requests) = median_of(false);
+        let (refused_cpu, _) = median_of(Wrapper::Meshwrap, true);
+        let (answering_cpu, requests) = median_of(Wrapper::Meshwrap, false);
+        // --poll frugal against linkerd-await, each alone, the same way.
+        let (frugal_cpu, frugal_requests) = median_of(Wrapper::Frugal, false);
+        let (peer_text, peer_cpu) = match peer_bin() {
+            Some(bin) => {
+                let (cpu, reqs) = median_of(Wrapper::Peer(bin), false);
+                (format!("linkerd-await: {} ms, {reqs} requests", fmt(cpu)), cpu)
+            }
+            None => (
+                format!("linkerd-await: {} ms (run3, 2026-11)", fmt(PEER_RUN3.1)),
+                PEER_RUN3.1,
+            ),
+        };
+        self.row(
+            &format!("--poll frugal vs linkerd-await: CPU over a {secs} s wait, 503-answering sidecar"),
+            format!("{} ms, {frugal_requests} requests", fmt(frugal_cpu)),
+            peer_text,
+            "<= linkerd-await's",
+            self.judged(frugal_cpu <= peer_cpu),
+        );
         let rate = requests as f64 / secs as f64;
         self.note(format!(
             "a poll of the 503-answering sidecar (one request on a kept connection, two wake-ups) costs {} us of meshwrap's CPU here ({} ms over {requests} requests)",
@@ -1192,6 +1302,14 @@ impl Bench {
         if let Some(baseline) = &readiness.baseline {
             all.push(("bash + curl recipe, 1-3 s".into(), baseline, "#d05050", false));
         }
+        for (name, sample) in &readiness.frugal {
+            let color = if name.starts_with("linkerd") {
+                "#e08a00"
+            } else {
+                "#0a8f8f"
+            };
+            all.push((name.clone(), sample, color, name.contains("refused")));
+        }
         std::fs::write(format!("{root}/images/readiness-latency.svg"), plot(&all)).unwrap();
         std::fs::write(
             format!("{root}/images/schedule-tradeoff.svg"),
@@ -1213,16 +1331,22 @@ fn trials_at_once(window: (u64, u64)) -> usize {
     if window.1 <= 500 { 10 } else { 25 }
 }
 
-/// The candidates compared: first interval (ms), slowdown, longest interval (ms).
-const SCHEDULES: [(&str, &str); 4] = [
-    ("A: 5 ms + t/32, at most 100 ms (until now)", "5,32,100"),
-    ("B: 5 ms + t/32, at most 50 ms", "5,32,50"),
-    ("C: 8 ms + t/48, at most 100 ms", "8,48,100"),
-    ("D: 5 ms + t/48, at most 100 ms", "5,48,100"),
+/// The candidates compared: fast ones (first interval (ms), slowdown,
+/// longest interval (ms)), and frugal ones (true: a poll at once, then from
+/// FROM every STEP until UNTIL, then every LATER, all in ms).
+/// A (5 ms + t/32, at most 100 ms) and B (the same, at most 50 ms) lost to
+/// C in earlier runs and are no longer measured: each candidate costs the
+/// full run three minutes.
+const SCHEDULES: [(&str, &str, bool); 4] = [
+    ("C: 8 ms + t/48, at most 100 ms", "8,48,100", false),
+    ("D: 5 ms + t/48, at most 100 ms", "5,48,100", false),
+    ("F: 0, every 400 ms from 1 to 3 s, then 1 s", "1000,400,3000,1000", true),
+    ("G: 0, every 500 ms from 1 to 3 s, then 1 s", "1000,500,3000,1000", true),
 ];
 
-/// The schedule src/sidecar/ready.rs uses when none is set at build time.
+/// The schedules src/sidecar/ready.rs uses when none is set at build time.
 const DEFAULT_SCHEDULE: &str = "8,48,100";
+const DEFAULT_FRUGAL: &str = "1000,400,3000,1000";
 
 fn window_name((from, to): (u64, u64)) -> String {
     let s = |ms: u64| {
@@ -1238,6 +1362,8 @@ fn window_name((from, to): (u64, u64)) -> String {
 struct Readiness {
     windows: Vec<((u64, u64), Sample, Sample)>,
     baseline: Option<Sample>,
+    /// `--poll frugal` and linkerd-await in the 1-3 s window.
+    frugal: Vec<(String, Sample)>,
 }
 
 struct Candidate {
@@ -1308,7 +1434,7 @@ fn latencies(wrapper: Wrapper, refused: bool, window: (u64, u64), n: usize, seed
 
 /// The static binary built with this readiness schedule (the shipped one's
 /// path scheme, under target/schedules).
-fn build_with_schedule(spec: &str) -> &'static str {
+fn build_with_schedule(spec: &str, frugal: bool) -> &'static str {
     let root = env!("CARGO_MANIFEST_DIR");
     let dir = format!("{root}/target/schedules");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -1327,7 +1453,14 @@ fn build_with_schedule(spec: &str) -> &'static str {
                 &dir,
             ])
             .args(target)
-            .env("MESHWRAP_BENCH_SCHEDULE", spec)
+            .env(
+                if frugal {
+                    "MESHWRAP_BENCH_FRUGAL"
+                } else {
+                    "MESHWRAP_BENCH_SCHEDULE"
+                },
+                spec,
+            )
             .current_dir(root)
             .stderr(Stdio::null())
             .status()
@@ -1339,7 +1472,8 @@ fn build_with_schedule(spec: &str) -> &'static str {
         assert!(build(&[]), "cannot build meshwrap with schedule {spec}");
         format!("{dir}/release/meshwrap")
     };
-    let copy = format!("{dir}/meshwrap-{}", spec.replace(',', "-"));
+    let kind = if frugal { "frugal-" } else { "" };
+    let copy = format!("{dir}/meshwrap-{kind}{}", spec.replace(',', "-"));
     std::fs::copy(&built, &copy).unwrap();
     Box::leak(copy.into_boxed_str())
 }
@@ -1410,24 +1544,28 @@ fn plot(series: &[(String, &Sample, &str, bool)]) -> String {
 /// longest window against the CPU of the minute after. Dotted lines are
 /// the targets; the default schedule's points are filled.
 fn tradeoff_plot(candidates: &[Candidate]) -> String {
-    let (w, h) = (900.0, 450.0);
+    let (w, h) = (900.0, 480.0);
     let colors = ["#2e9e4f", "#1f6fd0", "#8a4fbf"];
     let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n<rect width=\"{w}\" height=\"{h}\" fill=\"#fff\"/>\n<text x=\"20\" y=\"24\" font-size=\"15\" font-weight=\"bold\">Readiness schedules: median latency (503 -> 200) against the CPU spent waiting</text>\n"
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n<rect width=\"{w}\" height=\"{h}\" fill=\"#fff\"/>\n<text x=\"20\" y=\"24\" font-size=\"15\" font-weight=\"bold\">Readiness schedules, fast (A-D) and frugal (F, G), and linkerd-await (L): median latency (503 -> 200) against CPU</text>\n"
     );
     // One panel: x in CPU units, y in ms; points (x, y, color, label, filled).
+    // Both axes are logarithmic, three decades from `x_min` and from 2 ms:
+    // the frugal schedules and linkerd-await spend a tenth of the fast
+    // ones' CPU and take ten times their latency.
     let mut panel = |x0: f64,
                      title: &str,
                      x_label: &str,
-                     x_max: f64,
+                     x_min: f64,
                      x_target: f64,
                      points: Vec<(f64, f64, &str, String, bool)>,
                      y_targets: &[(f64, &str)]| {
         let (pw, ph, top) = (360.0, 280.0, 60.0);
-        let y_max = 80.0;
+        let (x_max, y_min, y_max) = (x_min * 1000.0, 2.0, 2000.0);
         let x0 = x0 + 20.0;
-        let x = |v: f64| x0 + 50.0 + v.min(x_max) / x_max * pw;
-        let y = |v: f64| top + ph - v.min(y_max) / y_max * ph;
+        let log = |v: f64, lo: f64, hi: f64| (v.clamp(lo, hi) / lo).log10() / (hi / lo).log10();
+        let x = |v: f64| x0 + 50.0 + log(v, x_min, x_max) * pw;
+        let y = |v: f64| top + ph - log(v, y_min, y_max) * ph;
         svg += &format!(
             "<text x=\"{:.1}\" y=\"48\" font-weight=\"bold\">{title}</text>\n",
             x0 + 50.0
@@ -1436,15 +1574,15 @@ fn tradeoff_plot(candidates: &[Candidate]) -> String {
             "<rect x=\"{:.1}\" y=\"{top}\" width=\"{pw}\" height=\"{ph}\" fill=\"none\" stroke=\"#888\"/>\n",
             x0 + 50.0
         );
-        for i in 0..=4 {
-            let v = x_max * i as f64 / 4.0;
+        for i in 0..=3 {
+            let v = x_min * 10f64.powi(i);
             svg += &format!(
                 "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#555\">{}</text>\n",
                 x(v),
                 top + ph + 16.0,
                 fmt(v)
             );
-            let t = y_max * i as f64 / 4.0;
+            let t = y_min * 10f64.powi(i);
             svg += &format!(
                 "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" fill=\"#555\">{t:.0} ms</text>\n",
                 x0 + 46.0,
@@ -1499,7 +1637,7 @@ fn tradeoff_plot(candidates: &[Candidate]) -> String {
         0.0,
         "ready 0.05-0.5 s (green), 1-3 s (blue)",
         "CPU over the first 5 s of a wait (ms; target 25)",
-        40.0,
+        0.1,
         25.0,
         left_points,
         &[(10.0, colors[0]), (25.0, colors[1])],
@@ -1508,7 +1646,7 @@ fn tradeoff_plot(candidates: &[Candidate]) -> String {
         420.0,
         "ready 8-12 s (purple)",
         "CPU after the first 5 s (% of a core; target 0.2)",
-        0.4,
+        0.001,
         0.2,
         right_points,
         &[(50.0, colors[2])],

@@ -15,6 +15,7 @@ use std::time::Duration;
 use crate::log::{Format, Level};
 use crate::sidecar::Native;
 use crate::sidecar::quit::Target;
+use crate::sidecar::ready::Profile;
 use crate::supervise::ForwardTo;
 
 /// meshwrap's own failures: bad usage, sidecar not ready, internal errors.
@@ -58,6 +59,8 @@ pub struct Config {
     pub pod_annotations: PathBuf,
     pub exec: bool,
     pub wait: bool,
+    /// `--poll`: how the readiness wait spends its polls.
+    pub poll: Profile,
     /// `None`: wait for readiness without bound.
     pub timeout: Option<Duration>,
     pub on_timeout: OnTimeout,

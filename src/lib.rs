@@ -382,7 +382,7 @@ enum Waited {
 /// Polls the ready URLs, bounded by `--timeout`, until done or interrupted.
 async fn wait_for_sidecars(config: &Config, ready: &[sidecar::Endpoint], signals: &mut Signals) -> Waited {
     let started = Instant::now();
-    let wait = sidecar::ready::wait_all(ready, config.request_timeout);
+    let wait = sidecar::ready::wait_all(ready, config.request_timeout, config.poll);
     let deadline = async {
         match config.timeout {
             Some(timeout) => tokio::time::sleep(timeout).await,

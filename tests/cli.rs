@@ -29,6 +29,8 @@ fn bad_input_is_one_line_naming_the_flag_or_variable() {
         (&[], &[("MESHWRAP_READY_URL", "")], "MESHWRAP_READY_URL"),
         (&[], &[("MESHWRAP_NO_WAIT", "yes")], "MESHWRAP_NO_WAIT"),
         (&["--on-timeout", "maybe"], &[], "--on-timeout"),
+        (&["--poll", "slow"], &[], "--poll"),
+        (&[], &[("MESHWRAP_POLL", "x")], "MESHWRAP_POLL"),
         (&["--quit-timeout", "0"], &[], "--quit-timeout"),
         (&["--request-timeout", "0s"], &[], "--request-timeout"),
         (&["--forward-to", "session"], &[], "--forward-to"),

@@ -259,6 +259,43 @@ fn polls_are_paced_by_the_schedule() {
     );
 }
 
+#[test]
+fn frugal_polls_at_once_then_from_one_second_on() {
+    // 503 for a 1.5 s wait: frugal polls at 0, 1.0 and 1.4 s, where the fast
+    // schedule sends about 80. The wait's own timeout ends the window.
+    for (flag, env) in [(Some("frugal"), None), (None, Some("frugal"))] {
+        let sidecar = FakeSidecar::ready();
+        sidecar.set_ready(&[Reply::Status(503)]);
+        let mut mw = wrapped(&sidecar);
+        mw.args(["--timeout", "1500ms", "--quit-policy", "never"]);
+        if let Some(profile) = flag {
+            mw.args(["--poll", profile]);
+        }
+        if let Some(profile) = env {
+            mw.env("MESHWRAP_POLL", profile);
+        }
+        let run = mw.args(MARKER).run();
+        run.assert_code(125).assert_stdout("");
+        let polls = sidecar.polls();
+        run.check(
+            (2..=4).contains(&polls),
+            &format!("{polls} polls in 1.5 s with --poll frugal, expected 3"),
+        );
+    }
+}
+
+#[test]
+fn frugal_starts_the_command_on_its_first_poll_of_a_ready_sidecar() {
+    let sidecar = FakeSidecar::ready();
+    wrapped(&sidecar)
+        .args(["--poll", "frugal"])
+        .args(MARKER)
+        .run()
+        .assert_code(0)
+        .assert_stdout("started\n");
+    assert_eq!(sidecar.polls(), 1);
+}
+
 /// meshwrap in a mount namespace of its own whose /etc/resolv.conf names `dns`.
 fn resolving_through(dns: &crate::support::dns::Dns) -> Meshwrap {
     let mut mw = Meshwrap::program("/usr/bin/unshare");

@@ -81,6 +81,18 @@ pub struct Args {
           value_parser = clap::value_parser!(String), default_value = "false")]
     pub no_wait: String,
 
+    /// How often to poll the ready URLs: fast (notice readiness within tens of
+    /// milliseconds) or frugal (about a tenth of the CPU while waiting: a
+    /// poll at once, then every 400 ms from 1 s to 3 s, then every second).
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        value_name = "fast|frugal",
+        env = "MESHWRAP_POLL",
+        default_value = "fast"
+    )]
+    pub poll: String,
+
     /// Whether the sidecars are Kubernetes native sidecars, which are waited
     /// for but never quit (the kubelet stops them): auto (decide from the pod
     /// annotations), true or false.

@@ -6,7 +6,7 @@
 //! The steps, in the order `--explain` lists them:
 //! 1. [`endpoints`]: the sidecar presets, then scuttle's URLs or the URL
 //!    flags (with no preset, Istio's URLs are the URL flags' defaults);
-//! 2. [`wait`]: whether, how long, and what a timeout does;
+//! 2. [`wait`]: whether, how long, how often ([`poll`]), and what a timeout does;
 //! 3. [`pod`]: native sidecars, the pod annotations file, `--exec`;
 //! 4. [`quitting`]: the quit policy, delay, verification and budgets;
 //! 5. [`logging`] and the guard's settings;
@@ -33,6 +33,7 @@ use crate::scuttle::Scuttle;
 use crate::sidecar::http;
 use crate::sidecar::preset::{self, Sidecar};
 use crate::sidecar::quit::Target;
+use crate::sidecar::ready::Profile;
 use crate::sidecar::{Endpoint, Native};
 use crate::supervise::ForwardTo;
 
@@ -47,6 +48,7 @@ pub fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, Explained),
     let scuttle = scuttle.as_ref();
     let (ready_urls, quit_urls) = endpoints(&mut r, args, scuttle)?;
     let (wait, timeout) = wait(&mut r, args, scuttle)?;
+    let poll = poll(&mut r, args)?;
     let (native, pod_annotations, exec) = pod(&mut r, args)?;
     let on_timeout = on_timeout(&mut r, args, scuttle)?;
     let q = quitting(&mut r, args, scuttle)?;
@@ -68,6 +70,7 @@ pub fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, Explained),
         pod_annotations,
         exec,
         wait,
+        poll,
         timeout,
         on_timeout,
         quit_policy: q.policy,
@@ -172,6 +175,16 @@ fn pod(r: &mut Resolver, args: &Args) -> Result<(Native, PathBuf, bool), String>
         boolean,
     )?;
     Ok((native, annotations, exec))
+}
+
+/// Step 2, continued: how the wait spends its polls.
+fn poll(r: &mut Resolver, args: &Args) -> Result<Profile, String> {
+    r.one(
+        ("poll", "--poll", "MESHWRAP_POLL"),
+        &args.poll,
+        "fast or frugal",
+        choice(&[("fast", Profile::Fast), ("frugal", Profile::Frugal)]),
+    )
 }
 
 /// What a run out of `--timeout` does (scuttle's START_WITHOUT_ENVOY says too).
@@ -691,6 +704,15 @@ mod tests {
     }
 
     #[test]
+    fn poll_is_fast_unless_frugal_is_asked_for() {
+        assert_eq!(config(&["--", "x"]).poll, Profile::Fast);
+        assert_eq!(config(&["--poll", "frugal", "--", "x"]).poll, Profile::Frugal);
+        assert_eq!(config(&["--poll", "FAST", "--", "x"]).poll, Profile::Fast);
+        let e = resolved(&["--poll", "slow", "--", "x"]).unwrap_err();
+        assert_eq!(e, "invalid --poll 'slow': expected fast or frugal");
+    }
+
+    #[test]
     fn pod_settings_are_checked() {
         assert_eq!(config(&["--native-sidecar", "TRUE", "--", "x"]).native, Native::Yes);
         let e = resolved(&["--pod-annotations", "", "--", "x"]).unwrap_err();
@@ -746,6 +768,7 @@ mod tests {
                 "quit-url",
                 "no-wait",
                 "timeout",
+                "poll",
                 "native-sidecar",
                 "pod-annotations",
                 "exec",

@@ -1,32 +1,39 @@
-//! A minimal HTTP/1 client for sidecar admin endpoints, on hyper's
-//! `client::conn::http1`: no pool, no TLS.
+//! A minimal HTTP/1.1 client for sidecar admin endpoints, written on tokio's
+//! `TcpStream`: no pool, no TLS, no general-purpose HTTP library.
 //!
 //! Sidecar admin endpoints are plain HTTP on loopback and answer in
-//! microseconds. A quit gets a fresh connection; the readiness polls of one
-//! URL reuse theirs while the sidecar keeps it open, since a new connection
-//! and handshake cost four times a request's CPU on a cold cache. One
-//! [`Client`] per URL, holding that connection and the addresses its host
-//! name resolved to, is all the pool there is. Every request is bounded by
-//! the caller's timeouts; the body is never read beyond what has arrived,
-//! since only the status matters.
+//! microseconds, and meshwrap needs only a GET's or an empty POST's status.
+//! A general client (hyper, with `http`'s header tables) cost about 50 KB of
+//! a binary that must stay under 1 MiB; this is the part of HTTP/1.1 that
+//! those answers use. A quit gets a fresh connection; the readiness polls of
+//! one URL reuse theirs while the sidecar keeps it open, since a new
+//! connection and handshake cost four times a request's CPU on a cold cache.
+//! One [`Client`] per URL, holding that connection and the addresses its host
+//! name resolved to, is all the pool there is.
+//!
+//! Every wait is bounded: the caller's timeouts bound each request, a
+//! response head larger than [`MAX_HEAD`] is refused as garbage, and the body
+//! is never waited for: only the status matters, so a request returns once
+//! the head has arrived, and what of the body came with it decides whether
+//! the connection can be reused (all of it, by `content-length`, and no
+//! `connection: close`). A body that trails its head (two writes, Nagle and
+//! a delayed ACK: 40 ms) costs this connection, not the command's start.
+//!
+//! The races it guards against: a sidecar may close an idle kept connection
+//! at any time, even as the next request goes out. A kept connection is
+//! checked for a close (or stray bytes) before it is used, and a GET that
+//! still finds it closed is repeated on a new connection within the same
+//! timeout; a POST is never repeated, since the sidecar may have acted on it.
 //!
 //! Failures are classified because callers treat them differently: a refused
 //! connection while waiting means "not listening yet" (poll again soon), while
 //! after the sidecar was seen ready it means "already gone".
 
-use std::future::{Future, poll_fn};
+use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Empty;
-use hyper::body::Body;
-use hyper::header::HeaderValue;
-use hyper::{Method, Request, Uri, header};
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 /// What a URL value may look like, for error messages.
@@ -41,10 +48,8 @@ pub struct Endpoint {
     port: u16,
     /// `host[:port]`, as written.
     authority: String,
-    /// The request target (path and query) and Host header, parsed once: a
-    /// readiness poll repeats them hundreds of times.
-    target: Uri,
-    host_header: HeaderValue,
+    /// The request target (path and query), checked once.
+    target: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,16 +101,15 @@ impl Endpoint {
         } else {
             return Err(format!("'{host}' is not a host name or IP address"));
         };
-        let target = Uri::try_from(path.as_str()).map_err(|_| "the path is not a valid request target".to_string())?;
-        let host_header =
-            HeaderValue::try_from(authority).map_err(|_| "the host is not a valid Host header".to_string())?;
+        if !path.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err("the path is not a valid request target (ASCII without spaces)".into());
+        }
         Ok(Endpoint {
             url: url.to_string(),
             host,
             port,
             authority: authority.to_string(),
-            target,
-            host_header,
+            target: path,
         })
     }
 
@@ -269,12 +273,28 @@ fn connect_refused(addr: SocketAddr) -> bool {
     }
 }
 
+/// The request methods meshwrap sends: a readiness GET, a quit POST.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Method(&'static str);
+
+impl Method {
+    pub const GET: Method = Method("GET");
+    pub const POST: Method = Method("POST");
+}
+
+/// The largest response head (status line and headers) read; a sidecar's is
+/// a few hundred bytes. A larger one is garbage, not a reason to keep reading.
+pub const MAX_HEAD: usize = 8 * 1024;
+
+/// The largest body taken to keep a connection: a larger one closes it.
+const MAX_BODY: usize = 4 * 1024;
+
 /// One endpoint's client: the connection the sidecar kept open, and the
 /// addresses its host name resolved to. Each readiness wait and each quit
 /// has its own.
 pub struct Client<'e> {
     endpoint: &'e Endpoint,
-    kept: Option<Connection>,
+    kept: Option<TcpStream>,
     addrs: Addresses,
 }
 
@@ -301,20 +321,17 @@ impl<'e> Client<'e> {
     /// turns out closed is replaced by a new one within the same `timeout`.
     pub async fn get(&mut self, timeout: Duration) -> Result<u16, Failure> {
         let Client { endpoint, kept, addrs } = self;
+        let request = endpoint.request(Method::GET);
         within(timeout, async {
-            if let Some(mut connection) = kept.take() {
-                match connection.send(endpoint.request(Method::GET)).await {
+            if let Some(stream) = kept.take().filter(still_open) {
+                match exchange(&stream, &request).await {
                     Err(Failure::Closed) => {}
-                    result => {
-                        *kept = connection.reusable(&result);
-                        return result;
-                    }
+                    result => return keep(kept, stream, result),
                 }
             }
-            let mut connection = Connection::open(addrs.connect(endpoint).await?).await?;
-            let result = connection.send(endpoint.request(Method::GET)).await;
-            *kept = connection.reusable(&result);
-            result
+            let stream = addrs.connect(endpoint).await?;
+            let result = exchange(&stream, &request).await;
+            keep(kept, stream, result)
         })
         .await
     }
@@ -326,8 +343,9 @@ impl<'e> Client<'e> {
     /// the connect is bounded by `connect_timeout` (`TimedOut`: nothing was
     /// sent), the answer by `answer_within` (`Unanswered`: it was sent). The
     /// request itself, a hundred bytes on a new connection, goes into the
-    /// socket buffer at the first poll of the answer's wait, so even a zero
-    /// `answer_within` sends it.
+    /// socket buffer at the first poll of the answer's wait (tokio's timeout
+    /// polls its future before its clock), so even a zero `answer_within`
+    /// sends it.
     pub async fn request(
         &mut self,
         method: Method,
@@ -335,19 +353,34 @@ impl<'e> Client<'e> {
         answer_within: Duration,
     ) -> Result<u16, Failure> {
         let Client { endpoint, addrs, .. } = self;
-        let mut connection = within(connect_timeout, async {
-            Connection::open(addrs.connect(endpoint).await?).await
-        })
-        .await?;
-        tokio::time::timeout(answer_within, connection.send(endpoint.request(method)))
+        let stream = within(connect_timeout, addrs.connect(endpoint)).await?;
+        let request = endpoint.request(method);
+        tokio::time::timeout(answer_within, exchange(&stream, &request))
             .await
             .unwrap_or(Err(Failure::Unanswered))
+            .map(|response| response.status)
     }
 
     /// Opens (and drops) a connection, bounded by `timeout`: whether anything listens.
     pub async fn connect_within(&mut self, timeout: Duration) -> Result<(), Failure> {
         within(timeout, self.addrs.connect(self.endpoint)).await.map(drop)
     }
+}
+
+/// Keeps `stream` for the next GET if the answer allows it; the status.
+fn keep(kept: &mut Option<TcpStream>, stream: TcpStream, result: Result<Response, Failure>) -> Result<u16, Failure> {
+    let response = result?;
+    if response.reusable {
+        *kept = Some(stream);
+    }
+    Ok(response.status)
+}
+
+/// Whether a kept connection is still worth a request: the sidecar has not
+/// closed it, and nothing unasked-for arrived on it. Reads nothing unless
+/// the reactor saw it readable, so a live idle connection costs no syscall.
+fn still_open(stream: &TcpStream) -> bool {
+    matches!(stream.try_read(&mut [0u8; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 /// Where a host name leads, looked up at most once at a time.
@@ -420,145 +453,199 @@ async fn within<T>(timeout: Duration, exchange: impl Future<Output = Result<T, F
 }
 
 impl Endpoint {
-    fn request(&self, method: Method) -> Request<Empty<Bytes>> {
-        let post = method == Method::POST;
-        let mut request = Request::new(Empty::new());
-        *request.method_mut() = method;
-        *request.uri_mut() = self.target.clone();
-        let headers = request.headers_mut();
-        headers.insert(header::HOST, self.host_header.clone());
-        headers.insert(
-            header::USER_AGENT,
-            HeaderValue::from_static(concat!("meshwrap/", env!("CARGO_PKG_VERSION"))),
-        );
-        if post {
-            headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
-        }
-        request
+    /// The request's bytes: one write, so it leaves in one segment.
+    fn request(&self, method: Method) -> Vec<u8> {
+        let length = if method == Method::POST {
+            "content-length: 0\r\n"
+        } else {
+            ""
+        };
+        format!(
+            "{} {} HTTP/1.1\r\nhost: {}\r\nuser-agent: meshwrap/{}\r\n{length}\r\n",
+            method.0,
+            self.target,
+            self.authority,
+            env!("CARGO_PKG_VERSION")
+        )
+        .into_bytes()
     }
 }
 
-type Driver = hyper::client::conn::http1::Connection<TokioIo<TcpStream>, Empty<Bytes>>;
-
-/// One HTTP/1 connection: hyper's request handle and the future that drives
-/// the socket, which is polled only while a request is under way.
-pub struct Connection {
-    sender: hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
-    driver: Pin<Box<Driver>>,
-    /// The driver has finished, or the connection broke: neither polled nor reused any more.
-    ended: bool,
+/// What meshwrap takes from a response.
+#[derive(Debug, PartialEq, Eq)]
+struct Response {
+    status: u16,
+    /// The whole body arrived with the head and the sidecar keeps the connection open.
+    reusable: bool,
 }
 
-impl Connection {
-    async fn open(stream: TcpStream) -> Result<Connection, Failure> {
-        let (sender, driver) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(classify)?;
-        Ok(Connection {
-            sender,
-            driver: Box::pin(driver),
-            ended: false,
-        })
-    }
-
-    /// Sends one request and returns the response's status. `Closed` when the
-    /// connection was closed before the request could go out or be answered.
-    async fn send(&mut self, request: Request<Empty<Bytes>>) -> Result<u16, Failure> {
-        let Connection { sender, driver, ended } = self;
-        // Driving the connection first notices a sidecar that closed it while idle.
-        poll_fn(|cx| {
-            if let Poll::Ready(result) = drive(driver.as_mut(), ended, cx) {
-                return Poll::Ready(Err(result.err().unwrap_or(Failure::Closed)));
+/// Writes `request` and reads the response's head (and what of its body came with it).
+async fn exchange(stream: &TcpStream, request: &[u8]) -> Result<Response, Failure> {
+    write_all(stream, request).await?;
+    let mut buf = Vec::new();
+    loop {
+        if let Some(head) = parse_head(&buf)? {
+            if head.interim() {
+                buf.drain(..head.len);
+                continue;
             }
-            sender.poll_ready(cx).map_err(classify)
-        })
-        .await?;
-        let response = with_driver(driver, ended, sender.send_request(request))
-            .await?
-            .map_err(classify)?;
-        let status = response.status().as_u16();
-        // The status is the answer; the body (a few bytes) only decides whether
-        // the connection can be reused, because hyper closes one whose body
-        // was dropped unread. So take what has arrived, never wait for more:
-        // a body that trails its head (two writes, Nagle and a delayed ACK:
-        // 40 ms) costs this connection, not the command's start.
-        let mut body = response.into_body();
-        let complete = poll_fn(|cx| {
-            loop {
-                // Moves whatever the socket holds into the body first.
-                let _ = drive(driver.as_mut(), ended, cx);
-                match Pin::new(&mut body).poll_frame(cx) {
-                    Poll::Ready(Some(Ok(_))) => {}
-                    Poll::Ready(None) => return Poll::Ready(true),
-                    Poll::Ready(Some(Err(_))) | Poll::Pending => return Poll::Ready(false),
+            let open = take_arrived(stream, &mut buf, head.len + head.body.unwrap_or(0));
+            let body = buf.len() - head.len;
+            return Ok(Response {
+                status: head.status,
+                reusable: open && head.keep_alive && head.body == Some(body),
+            });
+        }
+        if buf.len() >= MAX_HEAD {
+            return Err(Failure::Garbage(format!("a response head over {MAX_HEAD} bytes")));
+        }
+        stream.readable().await?;
+        if read_some(stream, &mut buf)? == Some(0) {
+            return Err(Failure::Closed);
+        }
+    }
+}
+
+async fn write_all(stream: &TcpStream, mut bytes: &[u8]) -> Result<(), Failure> {
+    while !bytes.is_empty() {
+        stream.writable().await?;
+        match stream.try_write(bytes) {
+            Ok(0) => return Err(Failure::Closed),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Appends what the socket holds (up to 1 KiB): `Some(0)` at the end of the
+/// stream, `None` when nothing has arrived (the reactor's readiness was stale).
+fn read_some(stream: &TcpStream, buf: &mut Vec<u8>) -> Result<Option<usize>, Failure> {
+    let mut chunk = [0u8; 1024];
+    match stream.try_read(&mut chunk) {
+        Ok(n) => {
+            buf.extend_from_slice(&chunk[..n]);
+            Ok(Some(n))
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Reads what has already arrived, never waiting, until `buf` holds `want`
+/// bytes; false if the stream ended or broke (the connection is not reused).
+fn take_arrived(stream: &TcpStream, buf: &mut Vec<u8>, want: usize) -> bool {
+    while buf.len() < want && want - buf.len() <= MAX_BODY {
+        match read_some(stream, buf) {
+            Ok(None) => return true,
+            Ok(Some(0)) | Err(_) => return false,
+            Ok(Some(_)) => {}
+        }
+    }
+    true
+}
+
+/// A response head, as far as meshwrap reads it.
+#[derive(Debug, PartialEq, Eq)]
+struct Head {
+    status: u16,
+    /// Its length in bytes, blank line included.
+    len: usize,
+    /// The body's length, if the head tells it (`None`: chunked or until close).
+    body: Option<usize>,
+    /// HTTP/1.1 without `connection: close`, or HTTP/1.0 with `keep-alive`.
+    keep_alive: bool,
+}
+
+impl Head {
+    /// A 1xx answer other than 101, which a final answer follows.
+    fn interim(&self) -> bool {
+        (100..200).contains(&self.status) && self.status != 101
+    }
+}
+
+/// The head at the start of `buf`: `None` while it is incomplete, `Garbage`
+/// as soon as what arrived cannot be the start of an HTTP/1 response.
+fn parse_head(buf: &[u8]) -> Result<Option<Head>, Failure> {
+    const VERSION: &[u8] = b"HTTP/1.";
+    let n = buf.len().min(VERSION.len());
+    if buf[..n] != VERSION[..n] {
+        return Err(garbage("it does not start with HTTP/1."));
+    }
+    let Some(len) = head_end(buf) else { return Ok(None) };
+    let mut lines = buf[..len]
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let (http11, status) = status_line(lines.next().unwrap_or_default())?;
+    let mut head = Head {
+        status,
+        len,
+        body: None,
+        keep_alive: http11,
+    };
+    for line in lines.filter(|l| !l.is_empty()) {
+        let (name, value) = header(line)?;
+        if name.eq_ignore_ascii_case(b"content-length") {
+            let length = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
+            head.body = Some(length.ok_or_else(|| garbage("an invalid content-length"))?);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            head.body = None;
+            head.keep_alive = false;
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                if token.eq_ignore_ascii_case(b"close") {
+                    head.keep_alive = false;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") && !http11 {
+                    head.keep_alive = true;
                 }
             }
-        })
-        .await;
-        if !complete {
-            *ended = true;
         }
-        Ok(status)
     }
-
-    /// This connection, if it is still open after an answered request.
-    fn reusable(self, result: &Result<u16, Failure>) -> Option<Connection> {
-        (result.is_ok() && !self.ended).then_some(self)
+    if matches!(status, 100..=199 | 204 | 304) {
+        head.body = Some(0);
     }
+    Ok(Some(head))
 }
 
-/// Polls `future` to completion, driving the connection alongside: the
-/// driver is what moves bytes between the socket and `future`.
-///
-/// A sidecar that answers and closes at once (Connection: close, or exiting
-/// after quitquitquit) ends the driver in the same poll that delivers the
-/// response, so after a clean end `future` is polled on for what was
-/// delivered; an error end carries the real cause (a parse error for
-/// garbage), which `future` would only see as "closed".
-async fn with_driver<T>(
-    driver: &mut Pin<Box<Driver>>,
-    ended: &mut bool,
-    future: impl Future<Output = T>,
-) -> Result<T, Failure> {
-    let mut future = std::pin::pin!(future);
-    poll_fn(|cx| {
-        if let Poll::Ready(output) = future.as_mut().poll(cx) {
-            return Poll::Ready(Ok(output));
-        }
-        match drive(driver.as_mut(), ended, cx) {
-            Poll::Ready(Err(failure)) => Poll::Ready(Err(failure)),
-            Poll::Ready(Ok(())) => future.as_mut().poll(cx).map(Ok),
-            Poll::Pending => Poll::Pending,
-        }
+/// Where the head ends: after the first empty line (CRLF or bare LF).
+fn head_end(buf: &[u8]) -> Option<usize> {
+    (0..buf.len()).find_map(|i| match &buf[i..] {
+        [b'\n', b'\n', ..] => Some(i + 2),
+        [b'\n', b'\r', b'\n', ..] => Some(i + 3),
+        _ => None,
     })
-    .await
 }
 
-/// Polls the driver unless it has already finished.
-fn drive(driver: Pin<&mut Driver>, ended: &mut bool, cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
-    if *ended {
-        return Poll::Pending;
+/// `HTTP/1.x NNN reason`: whether it is HTTP/1.1 (or later 1.x), and the status.
+fn status_line(line: &[u8]) -> Result<(bool, u16), Failure> {
+    let (version, rest) = line.split_at_checked(8).ok_or_else(|| garbage("a short status line"))?;
+    let code = rest.strip_prefix(b" ").and_then(|r| r.get(..3));
+    let status = code
+        .filter(|c| c.iter().all(u8::is_ascii_digit) && rest.get(4).is_none_or(|&b| b == b' '))
+        .map(|c| c.iter().fold(0u16, |n, d| n * 10 + u16::from(d - b'0')))
+        .filter(|s| (100..1000).contains(s))
+        .ok_or_else(|| garbage("an invalid status code"))?;
+    match version[7] {
+        b'0' => Ok((false, status)),
+        b'1'..=b'9' => Ok((true, status)),
+        _ => Err(garbage("an invalid HTTP version")),
     }
-    let result = std::task::ready!(driver.poll(cx));
-    *ended = true;
-    Poll::Ready(result.map_err(classify))
 }
 
-fn classify(e: hyper::Error) -> Failure {
-    if e.is_incomplete_message() || e.is_closed() || e.is_canceled() {
-        return Failure::Closed;
-    }
-    if e.is_parse() || e.is_parse_status() {
-        return Failure::Garbage(e.to_string());
-    }
-    let mut source = std::error::Error::source(&e);
-    while let Some(cause) = source {
-        if let Some(io) = cause.downcast_ref::<io::Error>() {
-            return io::Error::new(io.kind(), io.to_string()).into();
+/// `name: value`, the value without the spaces around it.
+fn header(line: &[u8]) -> Result<(&[u8], &[u8]), Failure> {
+    let colon = line.iter().position(|&b| b == b':');
+    match colon.map(|i| line.split_at(i)) {
+        Some((name, value)) if !name.is_empty() && name.iter().all(u8::is_ascii_graphic) => {
+            Ok((name, value[1..].trim_ascii()))
         }
-        source = cause.source();
+        _ => Err(garbage("an invalid header line")),
     }
-    Failure::Garbage(e.to_string())
+}
+
+fn garbage(what: &str) -> Failure {
+    Failure::Garbage(what.to_string())
 }
 
 #[cfg(test)]
@@ -603,6 +690,7 @@ mod tests {
             "http://u@h/",
             "http://h h/",
             "http://h/a b",
+            "http://h/caf\u{e9}",
             "http://2001:db8::1:8080/",
             "http://::1:15021/",
             "http://::1/",
@@ -613,5 +701,77 @@ mod tests {
         ] {
             assert!(Endpoint::parse(url).is_err(), "{url:?}");
         }
+    }
+
+    fn head(text: &str) -> Result<Option<Head>, Failure> {
+        parse_head(text.as_bytes())
+    }
+
+    #[test]
+    fn a_head_gives_the_status_and_whether_the_connection_is_kept() {
+        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nLIVE\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!((h.status, h.len, h.body, h.keep_alive), (200, 38, Some(5), true));
+        let h = head("HTTP/1.1 503 X\r\nContent-Length: 9\r\nConnection: close\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!((h.status, h.body, h.keep_alive), (503, Some(9), false));
+        // HTTP/1.0 closes unless told otherwise; a bare LF ends lines too.
+        let h = head("HTTP/1.0 200 OK\ncontent-length: 0\n\n").unwrap().unwrap();
+        assert_eq!((h.len, h.keep_alive), (35, false));
+        let h = head("HTTP/1.0 200\r\nconnection: Keep-Alive\r\ncontent-length: 0\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(h.keep_alive);
+        // A body of unknown length (chunked, or until close) is never waited for.
+        let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!((h.body, h.keep_alive), (None, false));
+        assert_eq!(head("HTTP/1.1 200 OK\r\n\r\n").unwrap().unwrap().body, None);
+        assert_eq!(head("HTTP/1.1 204 No Content\r\n\r\n").unwrap().unwrap().body, Some(0));
+        assert!(head("HTTP/1.1 100 Continue\r\n\r\n").unwrap().unwrap().interim());
+    }
+
+    #[test]
+    fn an_incomplete_head_waits_and_garbage_is_seen_at_once() {
+        for partial in [
+            "",
+            "HT",
+            "HTTP/1.1 200 OK\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r",
+        ] {
+            assert!(matches!(head(partial), Ok(None)), "{partial:?}");
+        }
+        for bad in [
+            "\x00\x01garbage",
+            "SSH-2.0-OpenSSH",
+            "HTTP/2 200\r\n\r\n",
+            "HTTP/1.1 20 OK\r\n\r\n",
+            "HTTP/1.1 2000 OK\r\n\r\n",
+            "HTTP/1.1 099 X\r\n\r\n",
+            "HTTP/1.x 200 OK\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
+            "HTTP/1.1 200 OK\r\n folded: x\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n",
+        ] {
+            assert!(matches!(head(bad), Err(Failure::Garbage(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn requests_are_plain_http_1_1() {
+        let e = Endpoint::parse("http://[::1]:15020/quitquitquit?x=1").unwrap();
+        let post = String::from_utf8(e.request(Method::POST)).unwrap();
+        assert_eq!(
+            post,
+            format!(
+                "POST /quitquitquit?x=1 HTTP/1.1\r\nhost: [::1]:15020\r\nuser-agent: meshwrap/{}\r\ncontent-length: 0\r\n\r\n",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+        let get = String::from_utf8(e.request(Method::GET)).unwrap();
+        assert!(get.starts_with("GET /quitquitquit?x=1 HTTP/1.1\r\n") && !get.contains("content-length"));
     }
 }

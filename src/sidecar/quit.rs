@@ -17,10 +17,9 @@
 
 use std::time::Duration;
 
-use hyper::Method;
 use tokio::time::Instant;
 
-use super::http::{self, Endpoint, Failure};
+use super::http::{self, Endpoint, Failure, Method};
 use super::preset::Preset;
 use crate::log;
 

@@ -26,6 +26,15 @@
 //!
 //! The clock restarts when the state changes, so a listener that comes up
 //! after a long refusal is polled fast again while it initialises.
+//!
+//! `--poll frugal` is the other profile, for nodes that run thousands of
+//! short pods, where the CPU of every wait adds up: about as few polls over
+//! a 5 s wait as linkerd-await's fixed 1 s backoff, placed where proxies turn
+//! ready. One poll at once (a sidecar that is already up costs nothing more),
+//! none until 1 s, every 400 ms until 3 s (the typical Istio start), then
+//! every second, never slower than that backoff. Its clock is the whole wait,
+//! not the state: a change of state does not buy more polls. The benchmark
+//! chose the numbers from the same trade-off plot as the fast profile's.
 
 use std::time::Duration;
 
@@ -35,13 +44,42 @@ use super::http::{self, Endpoint, Failure};
 use super::timer::Timer;
 use crate::log;
 
-/// The schedule: the first interval in ms, the slowdown, the longest
+/// How the readiness wait spends its polls (`--poll`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Profile {
+    /// Notice readiness within tens of milliseconds (the default).
+    #[default]
+    Fast,
+    /// Spend about as many polls as a 1 s backoff, placed where proxies turn ready.
+    Frugal,
+}
+
+impl Profile {
+    /// The delay before the next poll, `in_state` after the endpoint entered
+    /// its state and `in_wait` after the wait began.
+    fn next_delay(self, in_state: Duration, in_wait: Duration) -> Duration {
+        match self {
+            Profile::Fast => next_delay(in_state),
+            Profile::Frugal => frugal_delay(in_wait),
+        }
+    }
+}
+
+/// The fast schedule: the first interval in ms, the slowdown, the longest
 /// interval in ms. The benchmark compares schedules on the real binary by
 /// building it with `MESHWRAP_BENCH_SCHEDULE="FIRST,SLOWDOWN,MAX"` set;
 /// nothing reads it at run time.
 const SCHEDULE: [u64; 3] = match option_env!("MESHWRAP_BENCH_SCHEDULE") {
-    Some(text) => three_numbers(text.as_bytes()),
+    Some(text) => numbers(text.as_bytes()),
     None => [8, 48, 100],
+};
+
+/// The frugal schedule, in ms since the wait began: polls at 0, then from
+/// FROM every STEP until UNTIL, then every LATER. The benchmark builds
+/// candidates with `MESHWRAP_BENCH_FRUGAL="FROM,STEP,UNTIL,LATER"`.
+const FRUGAL: [u64; 4] = match option_env!("MESHWRAP_BENCH_FRUGAL") {
+    Some(text) => numbers(text.as_bytes()),
+    None => [1000, 400, 3000, 1000],
 };
 /// The shortest interval.
 const FIRST_INTERVAL: Duration = Duration::from_millis(SCHEDULE[0]);
@@ -50,21 +88,25 @@ const SLOWDOWN: u32 = SCHEDULE[1] as u32;
 /// The longest interval.
 const MAX_INTERVAL: Duration = Duration::from_millis(SCHEDULE[2]);
 
-/// `"A,B,C"` as three numbers, at compile time (a malformed value fails the build).
-const fn three_numbers(text: &[u8]) -> [u64; 3] {
-    let (mut out, mut n, mut i) = ([0u64; 3], 0, 0);
+/// `"A,B,C"` as N numbers above 0 but the first, at compile time (a
+/// malformed value fails the build).
+const fn numbers<const N: usize>(text: &[u8]) -> [u64; N] {
+    const BAD: &str = "MESHWRAP_BENCH_SCHEDULE is FIRST_MS,SLOWDOWN,MAX_MS and MESHWRAP_BENCH_FRUGAL is FROM_MS,STEP_MS,UNTIL_MS,LATER_MS";
+    let (mut out, mut n, mut i) = ([0u64; N], 0, 0);
     while i < text.len() {
         match text[i] {
-            b',' => n += 1,
+            b',' if n + 1 < N => n += 1,
             c @ b'0'..=b'9' => out[n] = out[n] * 10 + (c - b'0') as u64,
-            _ => panic!("MESHWRAP_BENCH_SCHEDULE is three numbers: FIRST_MS,SLOWDOWN,MAX_MS"),
+            _ => panic!("{}", BAD),
         }
         i += 1;
     }
-    assert!(
-        n == 2 && out[1] > 0,
-        "MESHWRAP_BENCH_SCHEDULE is three numbers: FIRST_MS,SLOWDOWN,MAX_MS"
-    );
+    let mut k = 1;
+    while k < N {
+        assert!(out[k] > 0, "{}", BAD);
+        k += 1;
+    }
+    assert!(n + 1 == N, "{}", BAD);
     out
 }
 
@@ -81,19 +123,35 @@ fn next_delay(in_state: Duration) -> Duration {
     (FIRST_INTERVAL + in_state / SLOWDOWN).min(MAX_INTERVAL)
 }
 
+/// The frugal delay before the next poll, `in_wait` after the wait began:
+/// on a grid (FROM, FROM + STEP, ...) until UNTIL, so a slow poll does not
+/// shift the polls after it; then LATER.
+fn frugal_delay(in_wait: Duration) -> Duration {
+    let [from, step, until, later] = FRUGAL.map(Duration::from_millis);
+    if in_wait < from {
+        from - in_wait
+    } else if in_wait < until {
+        let into_step = (in_wait - from).as_nanos() % step.as_nanos();
+        step - Duration::from_nanos(into_step as u64)
+    } else {
+        later
+    }
+}
+
 /// Polls every endpoint until each has answered 2xx once; returns the number
 /// of requests sent. Never returns otherwise: the caller bounds it.
-pub async fn wait_all(endpoints: &[Endpoint], request_timeout: Duration) -> u32 {
-    super::join_all(endpoints.iter().map(|e| wait_one(e, request_timeout)))
+pub async fn wait_all(endpoints: &[Endpoint], request_timeout: Duration, profile: Profile) -> u32 {
+    super::join_all(endpoints.iter().map(|e| wait_one(e, request_timeout, profile)))
         .await
         .into_iter()
         .sum()
 }
 
-async fn wait_one(endpoint: &Endpoint, request_timeout: Duration) -> u32 {
+async fn wait_one(endpoint: &Endpoint, request_timeout: Duration, profile: Profile) -> u32 {
     let mut polls = 0;
     let mut seen = Seen::Nothing;
-    let mut since = Instant::now();
+    let begun = Instant::now();
+    let mut since = begun;
     let mut client = http::Client::new(endpoint);
     // Made at the first sleep: most waits end at their first poll.
     let mut timer: Option<Timer> = None;
@@ -137,7 +195,7 @@ async fn wait_one(endpoint: &Endpoint, request_timeout: Duration) -> u32 {
             }
             seen = now;
         }
-        let delay = next_delay(since.elapsed());
+        let delay = profile.next_delay(since.elapsed(), begun.elapsed());
         // A poll that took long (a hanging endpoint) already waited; never poll
         // back-to-back, though, so a fast-failing answer cannot spin the CPU.
         let waited = started.elapsed();
@@ -154,13 +212,51 @@ mod tests {
 
     /// Polls sent within `span` to a sidecar that stays in one state, and the last interval.
     fn polls_within(span: Duration) -> (u32, Duration) {
-        let (mut t, mut delay, mut polls) = (Duration::ZERO, Duration::ZERO, 0);
+        poll_times(Profile::Fast, span).1
+    }
+
+    /// When `profile` polls within `span` (ms) of a wait in one state; the
+    /// number of polls and the last interval.
+    fn poll_times(profile: Profile, span: Duration) -> (Vec<u64>, (u32, Duration)) {
+        let (mut t, mut delay, mut at) = (Duration::ZERO, Duration::ZERO, Vec::new());
         while t < span {
-            delay = next_delay(t);
+            at.push(t.as_millis() as u64);
+            delay = profile.next_delay(t, t);
             t += delay;
-            polls += 1;
         }
-        (polls, delay)
+        let polls = at.len() as u32;
+        (at, (polls, delay))
+    }
+
+    #[test]
+    fn frugal_polls_at_once_then_where_proxies_turn_ready_then_each_second() {
+        let (at, _) = poll_times(Profile::Frugal, Duration::from_secs(5));
+        assert_eq!(at, [0, 1000, 1400, 1800, 2200, 2600, 3000, 4000]);
+        // Never slower than a 1 s backoff, later on.
+        assert_eq!(frugal_delay(Duration::from_secs(60)), Duration::from_secs(1));
+        // On the grid: a poll that ended late does not shift the next one.
+        assert_eq!(frugal_delay(Duration::from_millis(1450)), Duration::from_millis(350));
+        assert_eq!(frugal_delay(Duration::from_millis(3)), Duration::from_millis(997));
+    }
+
+    #[test]
+    fn frugal_spends_a_sixteenth_of_the_fast_profiles_polls() {
+        let (_, (frugal, _)) = poll_times(Profile::Frugal, Duration::from_secs(5));
+        let (fast, _) = polls_within(Duration::from_secs(5));
+        assert!(frugal * 16 <= fast, "{frugal} frugal polls, {fast} fast ones");
+        // Its median latency for a flip in 1-3 s: at most half a 1 s backoff's 500 ms.
+        let (at, _) = poll_times(Profile::Frugal, Duration::from_secs(4));
+        let mut waits: Vec<u64> = (1000..3000)
+            .map(|flip| at.iter().find(|&&p| p >= flip).unwrap() - flip)
+            .collect();
+        waits.sort_unstable();
+        assert!(waits[waits.len() / 2] <= 250, "median {} ms", waits[waits.len() / 2]);
+    }
+
+    #[test]
+    fn schedules_are_read_as_numbers() {
+        assert_eq!(numbers::<3>(b"8,48,100"), [8, 48, 100]);
+        assert_eq!(numbers::<4>(b"0,1,2,3"), [0, 1, 2, 3]);
     }
 
     #[test]
