@@ -22,6 +22,9 @@ use crate::supervise::ForwardTo;
 /// The command's own statuses (N, 128+S, 126, 127) come from `supervise`.
 pub const EXIT_MESHWRAP_FAILED: u8 = 125;
 
+/// Where the kubelet reads a container's termination message.
+pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
+
 /// What to do when the readiness wait runs out of `--timeout`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnTimeout {
@@ -75,6 +78,9 @@ pub struct Config {
     pub forward_to: ForwardTo,
     pub log_format: Format,
     pub log_level: Level,
+    /// `--termination-log`: where meshwrap's own failure is written for the
+    /// pod's status; `None`: nowhere.
+    pub termination_log: Option<PathBuf>,
     /// `--guard-dir`: where meshwrap and its guard meet.
     pub guard_dir: Option<PathBuf>,
     /// The guard's bound on waiting for a run to start; `None`: no bound.

@@ -83,6 +83,11 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
             }
             Parsed::Invalid(line) => {
                 log::stderr_line(&format!("meshwrap: {line}"));
+                // The flags are not to be trusted: the default place.
+                log::termination_message(
+                    std::path::Path::new(config::DEFAULT_TERMINATION_LOG),
+                    &format!("meshwrap: {line}"),
+                );
                 EXIT_MESHWRAP_FAILED
             }
         }
@@ -145,7 +150,7 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
     if quitting(config, &plan.quit, code) {
         quit_delay(config, signals).await;
     }
-    quit_sidecars(config, &plan.quit, code, seen_ready, &mut hold).await;
+    quit_sidecars(config, &plan.quit, code, (seen_ready, false), &mut hold).await;
     code
 }
 
@@ -180,33 +185,55 @@ async fn wait(
         log!(Info, "no ready URL to wait for; starting the command");
         return Ok(false);
     }
-    let code = match wait_for_sidecars(config, &plan.ready, signals).await {
+    let board = sidecar::ready::Board::new(plan.ready.len());
+    let code = match wait_for_sidecars(config, &plan.ready, signals, &board).await {
         Waited::Ready => return Ok(true),
         Waited::TimedOut if config.on_timeout == OnTimeout::Run => {
             log!(
                 Warn,
-                "sidecar not ready in time; running the command anyway (--on-timeout run)"
+                format!(
+                    "sidecar not ready in time: {}; running the command anyway (--on-timeout run)",
+                    board.pending(&plan.ready)
+                )
             );
             return Ok(false);
         }
         Waited::TimedOut => {
-            log!(
-                Error,
-                "sidecar not ready in time; not running the command (--on-timeout fail)"
+            let line = format!(
+                "sidecar not ready in time (--timeout): {}; not running the command",
+                board.pending(&plan.ready)
             );
+            log!(Error, &*line);
+            terminated(config, &line);
             EXIT_MESHWRAP_FAILED
         }
         Waited::Interrupted(sig) => {
+            let signal = signals::name(sig);
             log!(
                 Info,
                 "interrupted while waiting for the sidecar; not running the command",
-                signal = &signals::name(sig)
+                signal = &signal
+            );
+            terminated(
+                config,
+                &format!("{signal} arrived while waiting for the sidecar; the command never ran"),
             );
             supervise::Status::Signaled(sig).exit_code()
         }
     };
-    quit_sidecars(config, &plan.quit, code, false, hold).await;
+    // A sidecar that answered nothing in the whole wait is most likely not
+    // there: one quit attempt, not --quit-timeout's retries (see quit_all).
+    let once = !board.answered();
+    quit_sidecars(config, &plan.quit, code, (false, once), hold).await;
     Err(code)
+}
+
+/// One line for the pod's status (`--termination-log`), on meshwrap's own
+/// failures: Kubernetes shows it as the container's termination message.
+fn terminated(config: &Config, line: &str) {
+    if let Some(path) = &config.termination_log {
+        log::termination_message(path, &format!("meshwrap: {line}"));
+    }
 }
 
 /// `--exec`: becomes the command, unless a termination signal came first.
@@ -297,11 +324,15 @@ pub async fn guard(config: &Config, signals: &mut Signals) -> u8 {
     {
         Ok(guard::watch::Outcome::Nothing) => {}
         Ok(guard::watch::Outcome::Quit { seen_ready }) => {
+            if let Some(path) = &config.termination_log {
+                let line = "meshwrap guard: meshwrap ended without quitting the sidecar (killed with its command, or never started); the guard quit it";
+                log::termination_message(path, line);
+            }
             let quit = sidecar::quit::quit_all(
                 &plan.quit,
                 config.quit_timeout,
                 config.request_timeout,
-                seen_ready,
+                (seen_ready, false),
                 false,
             );
             quit.await;
@@ -379,10 +410,16 @@ enum Waited {
     Interrupted(libc::c_int),
 }
 
-/// Polls the ready URLs, bounded by `--timeout`, until done or interrupted.
-async fn wait_for_sidecars(config: &Config, ready: &[sidecar::Endpoint], signals: &mut Signals) -> Waited {
-    let started = Instant::now();
-    let wait = sidecar::ready::wait_all(ready, config.request_timeout, config.poll);
+/// Polls the ready URLs, bounded by `--timeout`, until done or interrupted;
+/// says what it waits for at growing intervals.
+async fn wait_for_sidecars(
+    config: &Config,
+    ready: &[sidecar::Endpoint],
+    signals: &mut Signals,
+    board: &sidecar::ready::Board,
+) -> Waited {
+    let started = tokio::time::Instant::now();
+    let wait = sidecar::ready::wait_all(ready, config.request_timeout, config.poll, board);
     let deadline = async {
         match config.timeout {
             Some(timeout) => tokio::time::sleep(timeout).await,
@@ -390,13 +427,19 @@ async fn wait_for_sidecars(config: &Config, ready: &[sidecar::Endpoint], signals
         }
     };
     let (mut wait, mut deadline) = (std::pin::pin!(wait), std::pin::pin!(deadline));
+    let mut said = 0;
     loop {
+        let progress = tokio::time::sleep_until(started + progress_after(said));
         tokio::select! {
             polls = &mut wait => {
                 log!(Info, "sidecar ready", after_ms = started.elapsed().as_millis(), polls = polls);
                 return Waited::Ready;
             }
             () = &mut deadline => return Waited::TimedOut,
+            () = progress => {
+                progress_line(config, ready, board, started.elapsed(), said == 0);
+                said += 1;
+            }
             sig = signals.recv() => match sig {
                 sig if signals::is_termination(sig) => return Waited::Interrupted(sig),
                 libc::SIGCHLD => supervise::reap_orphans(),
@@ -404,6 +447,45 @@ async fn wait_for_sidecars(config: &Config, ready: &[sidecar::Endpoint], signals
             },
         }
     }
+}
+
+/// When the progress line number `said` is due: 5 s, 15 s, 30 s, 60 s, then
+/// every minute.
+fn progress_after(said: u32) -> std::time::Duration {
+    let secs = match said {
+        0 => 5,
+        1 => 15,
+        2 => 30,
+        n => 60 * u64::from(n - 2),
+    };
+    std::time::Duration::from_secs(secs)
+}
+
+/// What the wait is for, the last answers and the time so far; the first
+/// line says so too when this is plainly not a pod.
+fn progress_line(
+    config: &Config,
+    ready: &[sidecar::Endpoint],
+    board: &sidecar::ready::Board,
+    after: std::time::Duration,
+    first: bool,
+) {
+    let outside = first
+        && !std::path::Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token").exists()
+        && !config.pod_annotations.exists();
+    let hint = if outside {
+        " (no service-account token and no pod annotations: this is no Kubernetes pod; outside a mesh, use --sidecar none)"
+    } else {
+        ""
+    };
+    log!(
+        Info,
+        format!(
+            "still waiting for the sidecar after {}: {}{hint}",
+            duration::format(std::time::Duration::from_secs(after.as_secs())),
+            board.pending(ready)
+        )
+    );
 }
 
 /// Spawns and supervises the command; returns meshwrap's exit code for it.
@@ -447,7 +529,7 @@ async fn quit_sidecars(
     config: &Config,
     quit: &[sidecar::quit::Target],
     code: u8,
-    seen_ready: bool,
+    (seen_ready, once): (bool, bool),
     hold: &mut Option<Hold>,
 ) {
     let skipped = if let Some(why) = quit_skipped_because(config, code) {
@@ -472,7 +554,7 @@ async fn quit_sidecars(
         quit,
         config.quit_timeout,
         config.request_timeout,
-        seen_ready,
+        (seen_ready, once),
         config.verify_quit,
     )
     .await;

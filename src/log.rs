@@ -182,6 +182,23 @@ pub fn stderr_line(line: &str) {
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
+/// Writes `line` as the container's termination message (the kubelet shows
+/// it in the pod's status, up to 4096 bytes). Only into a file that is
+/// there (the kubelet mounts it): outside a pod nothing is created. Opened
+/// without blocking, so a FIFO cannot hang meshwrap.
+pub fn termination_message(path: &std::path::Path, line: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path);
+    if let Ok(mut file) = file {
+        let end = line.floor_char_boundary(4095);
+        let _ = file.write_all(format!("{}\n", &line[..end]).as_bytes());
+    }
+}
+
 /// `log!(Info, "message", key = value, ...)`
 #[macro_export]
 macro_rules! log {

@@ -97,6 +97,25 @@ fn after_a_group_kill_the_guard_sends_the_one_quit() {
 }
 
 #[test]
+fn the_guards_quit_after_a_group_kill_is_the_termination_message() {
+    let sidecar = FakeSidecar::ready();
+    let dir = guard_dir();
+    let log = dir.parent().unwrap().join("termination-log");
+    std::fs::write(&log, "").unwrap();
+    let flag = format!("--termination-log={}", log.display());
+    let guard = guard(&sidecar, &dir, &[&flag]);
+    let meshwrap = wrapped_sleeper(&sidecar, &dir, &[]);
+    group_kill(&meshwrap);
+    guard.finish().assert_code(0);
+    assert_eq!(sidecar.quits(), 1);
+    let message = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        message.starts_with("meshwrap guard: meshwrap ended without quitting the sidecar"),
+        "{message:?}"
+    );
+}
+
+#[test]
 fn a_guard_started_after_the_kill_still_quits() {
     let sidecar = FakeSidecar::ready();
     let dir = guard_dir();

@@ -20,3 +20,4 @@ mod readiness;
 mod schemas;
 mod scuttle;
 mod signals;
+mod wait_speaks;

@@ -237,6 +237,19 @@ pub struct Args {
     #[arg(short, long)]
     pub verbose: bool,
 
+    /// Where meshwrap writes one line when it fails itself (exit 125) or a
+    /// signal stops the wait: the container's termination message, which
+    /// Kubernetes shows in the pod's status. Written only into a file that is
+    /// there; empty: nowhere.
+    #[arg(
+        long = "termination-log",
+        allow_hyphen_values = true,
+        value_name = "FILE",
+        env = "MESHWRAP_TERMINATION_LOG",
+        default_value = crate::config::DEFAULT_TERMINATION_LOG
+    )]
+    pub termination_log: String,
+
     /// A directory shared with `meshwrap guard` in another container of the
     /// pod (a small emptyDir): meshwrap locks it and records its run there, so
     /// the guard can quit the sidecar if the kernel kills meshwrap with the

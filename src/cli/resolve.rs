@@ -60,6 +60,12 @@ pub fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, Explained),
     )?;
     let (log_format, log_level) = logging(&mut r, args, scuttle)?;
     let (guard_dir, start_timeout) = guard(&mut r, args)?;
+    let termination_log = r.one(
+        ("termination_log", "--termination-log", "MESHWRAP_TERMINATION_LOG"),
+        &args.termination_log,
+        "a file path, or empty for none",
+        |raw| Some((!raw.is_empty()).then(|| PathBuf::from(raw))),
+    )?;
     r.explain
         .push(("command", shown_command(args), Origin::Flag("COMMAND")));
     let config = Config {
@@ -82,6 +88,7 @@ pub fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, Explained),
         forward_to,
         log_format,
         log_level,
+        termination_log,
         guard_dir,
         start_timeout,
         command: args.command.clone(),
@@ -783,6 +790,7 @@ mod tests {
                 "log-format",
                 "log-level",
                 "start-timeout",
+                "termination-log",
                 "command"
             ]
         );

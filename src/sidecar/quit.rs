@@ -11,6 +11,13 @@
 //! an error. The first attempt goes out whatever the budget, so even
 //! `--quit-timeout 1ns` sends the quit.
 //!
+//! One exception to the retries: after a wait in which no sidecar answered
+//! anything (every poll refused), meshwrap is stopping because the sidecar
+//! never came (a signal, or `--timeout`), and it is most likely not there at
+//! all. Then each URL gets one attempt: "once" still holds (fewer sends can
+//! only keep it), and a pod being deleted does not spend `--quit-timeout`
+//! retrying a port that has never listened.
+//!
 //! A port that refuses after the sidecar was reached (seen ready, or it took
 //! an earlier attempt and closed without answering) means the sidecar has
 //! exited: there is nothing left to quit, and nothing is retried.
@@ -58,16 +65,18 @@ pub enum Outcome {
 }
 
 /// POSTs every URL once, concurrently, within `budget` in total.
+/// `seen_ready`: the sidecar answered ready during the wait; `once`: it
+/// answered nothing at all, so each URL gets one attempt, no retries.
 pub async fn quit_all(
     targets: &[Target],
     budget: Duration,
     request_timeout: Duration,
-    seen_ready: bool,
+    (seen_ready, once): (bool, bool),
     verify: bool,
 ) -> Vec<Outcome> {
     let deadline = deadline_after(budget);
     super::join_all(targets.iter().map(|t| async move {
-        let outcome = quit_one(t, budget, deadline, request_timeout, seen_ready).await;
+        let outcome = quit_one(t, budget, deadline, request_timeout, (seen_ready, once)).await;
         if verify && matches!(outcome, Outcome::Quit(_) | Outcome::ClosedAsItExited) {
             verify_gone(&t.endpoint, deadline).await;
         }
@@ -88,7 +97,7 @@ async fn quit_one(
     budget: Duration,
     deadline: Instant,
     request_timeout: Duration,
-    seen_ready: bool,
+    (seen_ready, once): (bool, bool),
 ) -> Outcome {
     let url = target.endpoint.url.as_str();
     let started = Instant::now();
@@ -108,6 +117,15 @@ async fn quit_one(
             return outcome;
         }
         attempt.reached |= !matches!(result, Err(Failure::Refused | Failure::TimedOut | Failure::Io(_)));
+        if once {
+            log!(
+                Warn,
+                "could not quit the sidecar, and not retrying: it answered nothing while meshwrap waited for it",
+                url = url,
+                error = &result.map_or_else(|f| f.to_string(), |s| format!("HTTP {s}"))
+            );
+            return Outcome::GaveUp;
+        }
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             log!(

@@ -27,6 +27,10 @@
 //! The clock restarts when the state changes, so a listener that comes up
 //! after a long refusal is polled fast again while it initialises.
 //!
+//! Each URL's last answer is kept on a [`Board`], read by the progress lines
+//! and the timeout error; it is written only when the answer changes, so a
+//! poll costs nothing more for it.
+//!
 //! `--poll frugal` is the other profile, for nodes that run thousands of
 //! short pods, where the CPU of every wait adds up: about as few polls over
 //! a 5 s wait as linkerd-await's fixed 1 s backoff, placed where proxies turn
@@ -36,6 +40,7 @@
 //! not the state: a change of state does not buy more polls. The benchmark
 //! chose the numbers from the same trade-off plot as the fast profile's.
 
+use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -138,16 +143,61 @@ fn frugal_delay(in_wait: Duration) -> Duration {
     }
 }
 
-/// Polls every endpoint until each has answered 2xx once; returns the number
-/// of requests sent. Never returns otherwise: the caller bounds it.
-pub async fn wait_all(endpoints: &[Endpoint], request_timeout: Duration, profile: Profile) -> u32 {
-    super::join_all(endpoints.iter().map(|e| wait_one(e, request_timeout, profile)))
-        .await
-        .into_iter()
-        .sum()
+/// What each ready URL last answered, for the progress lines and the
+/// timeout error. One runtime thread runs every poll, so plain cells do.
+#[derive(Default)]
+pub struct Board {
+    /// Per URL, in order: its last answer, or "ready".
+    last: Vec<RefCell<String>>,
+    /// Some URL answered something other than a refusal.
+    answered: Cell<bool>,
 }
 
-async fn wait_one(endpoint: &Endpoint, request_timeout: Duration, profile: Profile) -> u32 {
+impl Board {
+    pub fn new(endpoints: usize) -> Board {
+        Board {
+            last: (0..endpoints).map(|_| RefCell::new("no answer yet".into())).collect(),
+            answered: Cell::new(false),
+        }
+    }
+
+    /// `URL (last: ANSWER)` for every URL not ready yet, comma-separated.
+    pub fn pending(&self, endpoints: &[Endpoint]) -> String {
+        let lines: Vec<String> = endpoints
+            .iter()
+            .zip(&self.last)
+            .filter(|(_, last)| *last.borrow() != "ready")
+            .map(|(e, last)| format!("{} (last: {})", e.url, last.borrow()))
+            .collect();
+        lines.join(", ")
+    }
+
+    /// Whether any sidecar answered anything at all during the wait.
+    pub fn answered(&self) -> bool {
+        self.answered.get()
+    }
+}
+
+/// Polls every endpoint until each has answered 2xx once; returns the number
+/// of requests sent. Never returns otherwise: the caller bounds it.
+pub async fn wait_all(endpoints: &[Endpoint], request_timeout: Duration, profile: Profile, board: &Board) -> u32 {
+    super::join_all(
+        endpoints
+            .iter()
+            .zip(&board.last)
+            .map(|(e, last)| wait_one(e, request_timeout, profile, (last, &board.answered))),
+    )
+    .await
+    .into_iter()
+    .sum()
+}
+
+async fn wait_one(
+    endpoint: &Endpoint,
+    request_timeout: Duration,
+    profile: Profile,
+    (last, answered): (&RefCell<String>, &Cell<bool>),
+) -> u32 {
     let mut polls = 0;
     let mut seen = Seen::Nothing;
     let begun = Instant::now();
@@ -173,11 +223,20 @@ async fn wait_one(endpoint: &Endpoint, request_timeout: Duration, profile: Profi
                     status = *status,
                     polls = polls
                 );
+                *last.borrow_mut() = "ready".into();
+                answered.set(true);
                 return polls;
             }
-            Ok(status) => Seen::Answered(format!("HTTP {status}")),
+            Ok(status) => {
+                answered.set(true);
+                Seen::Answered(format!("HTTP {status}"))
+            }
             Err(Failure::Refused) => Seen::Refused,
-            Err(failure) => Seen::Answered(failure.to_string()),
+            Err(failure) => {
+                // A connection that was taken and closed, or garbled, is an answer.
+                answered.set(answered.get() || matches!(failure, Failure::Closed | Failure::Garbage(_)));
+                Seen::Answered(failure.to_string())
+            }
         };
         if now != seen {
             let what = match &now {
@@ -186,6 +245,7 @@ async fn wait_one(endpoint: &Endpoint, request_timeout: Duration, profile: Profi
                 Seen::Nothing => String::new(),
             };
             log!(Debug, "sidecar not ready yet", url = &endpoint.url, saw = &what);
+            *last.borrow_mut() = what;
             if std::mem::discriminant(&now) != std::mem::discriminant(&seen) {
                 since = started;
                 // A host name is looked up again once per change of state, not per poll.

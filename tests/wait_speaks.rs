@@ -1,0 +1,115 @@
+//! A wait that explains itself and a failure the pod's status shows: a
+//! progress line at 5 s, 15 s, 30 s, 60 s and then every minute, naming
+//! each URL not ready yet and its last answer (with one hint when this is
+//! plainly no pod); a timeout error that names them too; one quit attempt,
+//! not --quit-timeout's retries, for a sidecar that answered nothing in the
+//! whole wait; and the one line meshwrap (or its guard) writes to the
+//! termination log when it fails itself or a signal stops the wait.
+
+use crate::exit_status::tempdir;
+use crate::support::*;
+
+#[test]
+fn the_wait_says_what_it_waits_for_and_the_timeout_names_each_url_and_its_last_answer() {
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_ready(&[Reply::Status(503)]);
+    let run = wrapped(&sidecar).args(["--timeout", "6s", "--", "true"]).run();
+    run.assert_code(125);
+    let url = sidecar.ready_url();
+    run.assert_stderr_has(&format!(
+        "still waiting for the sidecar after 5s: {url} (last: HTTP 503)"
+    ))
+    .assert_stderr_has("this is no Kubernetes pod; outside a mesh, use --sidecar none")
+    .assert_stderr_has(&format!(
+        "sidecar not ready in time (--timeout): {url} (last: HTTP 503)"
+    ));
+    // It answered during the wait: the quit is sent with its usual retries.
+    assert_eq!(sidecar.quits(), 1);
+}
+
+#[test]
+fn inside_a_pod_the_progress_line_has_no_hint() {
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_ready(&[Reply::Status(503)]);
+    let annotations = tempdir().join("annotations");
+    std::fs::write(&annotations, "app=\"x\"\n").unwrap();
+    let run = wrapped(&sidecar)
+        .arg("--pod-annotations")
+        .arg(&annotations)
+        .args(["--timeout", "5500ms", "--", "true"])
+        .run();
+    run.assert_code(125)
+        .assert_stderr_has("still waiting for the sidecar after 5s")
+        .assert_stderr_lacks("no Kubernetes pod");
+}
+
+#[test]
+fn a_sidecar_that_never_answered_gets_one_quit_attempt_not_retries() {
+    let never = FakeSidecar::refusing();
+    let quit = FakeSidecar::ready();
+    quit.set_quit(&[Reply::Status(503)]);
+    let mut mw = Meshwrap::new()
+        .args([
+            "--ready-url",
+            &never.ready_url(),
+            "--quit-url",
+            &quit.quit_url(),
+            "-v",
+            "--",
+            "true",
+        ])
+        .spawn();
+    mw.wait_stderr("saw=\"connection refused\"");
+    mw.signal(libc::SIGTERM);
+    mw.finish()
+        .assert_code(143)
+        .assert_stderr_has("not retrying: it answered nothing while meshwrap waited for it");
+    assert_eq!(quit.quits(), 1, "one attempt, not --quit-timeout's retries");
+}
+
+#[test]
+fn meshwraps_own_failure_is_the_termination_message() {
+    let log = tempdir().join("termination-log");
+    std::fs::write(&log, "").unwrap();
+    let never = FakeSidecar::refusing();
+    let run = wrapped(&never)
+        .arg("--termination-log")
+        .arg(&log)
+        .args(["--timeout", "200ms", "--", "true"])
+        .run();
+    run.assert_code(125);
+    let message = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        message.starts_with("meshwrap: sidecar not ready in time (--timeout): http://127.0.0.1:")
+            && message.ends_with("(last: connection refused); not running the command\n"),
+        "{message:?}"
+    );
+    // A signal during the wait.
+    std::fs::write(&log, "").unwrap();
+    let mut mw = wrapped(&never)
+        .arg("--termination-log")
+        .arg(&log)
+        .args(["-v", "--", "true"])
+        .spawn();
+    mw.wait_stderr("saw=\"connection refused\"");
+    mw.signal(libc::SIGTERM);
+    mw.finish().assert_code(143);
+    let message = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        message,
+        "meshwrap: SIGTERM arrived while waiting for the sidecar; the command never ran\n"
+    );
+}
+
+#[test]
+fn no_termination_log_is_created_where_none_is_mounted() {
+    let log = tempdir().join("not-mounted");
+    let never = FakeSidecar::refusing();
+    wrapped(&never)
+        .arg("--termination-log")
+        .arg(&log)
+        .args(["--timeout", "100ms", "--", "true"])
+        .run()
+        .assert_code(125);
+    assert!(!log.exists(), "meshwrap created {}", log.display());
+}
