@@ -184,14 +184,71 @@ fn json_logs_are_one_object_per_line() {
 }
 
 #[test]
-fn the_readme_usage_is_the_help_text() {
+fn docs_usage_is_the_help_text() {
     let help = Meshwrap::new().arg("--help").run();
     help.assert_code(0);
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/meshwrap.md")).unwrap();
     assert!(
-        readme.contains(help.stdout.trim_end()),
-        "README.md's usage section differs from `meshwrap --help`; paste the help text into it"
+        doc.contains(help.stdout.trim_end()),
+        "docs/meshwrap.md's usage section differs from `meshwrap --help`; paste the help text into it"
     );
+}
+
+/// The targets of a Markdown text's inline links and images (`[x](t)`,
+/// `![x](t)`), outside fenced code blocks and code spans.
+fn markdown_links(text: &str) -> Vec<String> {
+    let mut links = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        // Every other backtick-separated piece is a code span.
+        let prose: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+        let mut rest = prose.as_str();
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let end = after.find(')').unwrap_or(after.len());
+            links.push(after[..end].trim().to_string());
+            rest = &after[end..];
+        }
+    }
+    links
+}
+
+#[test]
+fn every_relative_link_in_the_docs_points_to_a_file() {
+    // The scan itself: links and images, not code.
+    let sample = "see [a](docs/a.md#x) and ![b](img.svg)\n`[c](no.md)`\n```\n[d](no.md)\n```\n";
+    assert_eq!(markdown_links(sample), ["docs/a.md#x", "img.svg"]);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
+    }
+    assert!(pages.len() > 1, "docs/ holds no page");
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        for link in markdown_links(&text) {
+            let external = ["http://", "https://", "mailto:"].iter().any(|s| link.starts_with(s));
+            let target = link.split('#').next().unwrap_or("");
+            if external || target.is_empty() {
+                continue;
+            }
+            if !page.parent().unwrap().join(target).exists() {
+                broken.push(format!("{}: {link}", page.strip_prefix(root).unwrap().display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links to no file:\n{}", broken.join("\n"));
 }
 
 #[test]
