@@ -194,7 +194,10 @@ pub fn termination_message(path: &std::path::Path, line: &str) {
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path);
     if let Ok(mut file) = file {
-        let end = line.floor_char_boundary(4095);
+        let mut end = line.len().min(4095);
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
         let _ = file.write_all(format!("{}\n", &line[..end]).as_bytes());
     }
 }
