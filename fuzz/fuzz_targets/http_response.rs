@@ -60,7 +60,7 @@ fuzz_target!(|answer: &[u8]| {
         let mut client = http::Client::new(&rig.endpoint);
         let (_, got) = tokio::join!(
             answer_once(&rig.listener, answer),
-            client.request(hyper::Method::POST, timeout, timeout)
+            client.request(http::Method::POST, timeout, timeout)
         );
         if let Ok(status) = got {
             assert!((100..1000).contains(&status));
