@@ -7,34 +7,38 @@
 //!
 //! saphyr's markers count characters, not bytes, and a scalar's end marker is
 //! not always where its text ends (a quoted scalar's runs on to the next
-//! token), so positions are taken from line and column, and only starts are
-//! trusted; a block collection's end is the start of the token after it.
+//! token), so positions are mapped from character index to byte by a cursor
+//! that moves with the parse ([`Offsets`]: linear per document), and only
+//! starts are trusted; a block collection's end is the start of the token
+//! after it.
 //! Anything that could make an edit ambiguous (an anchor, an alias, a tag, a
 //! merge key) is recorded on the node so the caller can leave the document
 //! alone.
 
-use saphyr_parser::{Event, Marker, Parser, ScalarStyle};
+use std::borrow::Cow;
+
+use saphyr_parser::{Event, Input, Marker, Parser, ScalarStyle};
 use serde_json::{Map, Value};
 
+/// A node's content. A scalar's text is borrowed from the input unless the
+/// parser had to unescape or fold it: most of a document costs no copy.
 #[derive(Debug)]
-pub enum Kind {
-    Scalar { text: String, style: ScalarStyle },
-    Seq(Vec<Node>),
-    Map(Vec<(Node, Node)>),
+pub enum Kind<'a> {
+    Scalar { text: Cow<'a, str>, style: ScalarStyle },
+    Seq(Vec<Node<'a>>),
+    Map(Vec<(Node<'a>, Node<'a>)>),
     Alias,
 }
 
 #[derive(Debug)]
-pub struct Node {
-    pub kind: Kind,
+pub struct Node<'a> {
+    pub kind: Kind<'a>,
     /// Byte where the node starts: a scalar's first character, a block
     /// collection's first token, a flow collection's bracket.
     pub start: usize,
     /// A flow collection: the byte after its closing bracket. A block
     /// collection: where the next token starts. A scalar: saphyr's end.
     pub end: usize,
-    /// The column of `start`, in characters.
-    pub col: usize,
     pub flow: bool,
     /// An anchor, a tag, an alias or a merge key here or beneath.
     pub decorated: bool,
@@ -42,8 +46,8 @@ pub struct Node {
 
 /// One document of a stream: its root and the bytes it spans.
 #[derive(Debug)]
-pub struct Document {
-    pub root: Node,
+pub struct Document<'a> {
+    pub root: Node<'a>,
     /// Where the document's text starts (its `---`, or its first token).
     pub start: usize,
     /// Where the next document's text starts, or the end of the stream.
@@ -57,38 +61,60 @@ pub struct ParseError {
     pub message: String,
 }
 
-/// Byte offsets from saphyr's line and column markers.
-struct Lines<'a> {
+/// Byte offsets from saphyr's markers, which count characters, not bytes.
+///
+/// A cursor remembers the last marker mapped (its character index and byte
+/// offset) and walks from there: markers arrive nearly in order, so a whole
+/// document costs one pass over its text, whatever its line lengths. (Mapping
+/// line and column instead cost a scan of the line per marker: quadratic on
+/// one long line holding a non-ASCII character.) An all-ASCII text maps
+/// directly.
+struct Offsets<'a> {
     text: &'a str,
-    starts: Vec<usize>,
-    /// Per line: whether it is all ASCII, where a column is a byte offset.
-    ascii: Vec<bool>,
+    /// Characters the parser read before `text`.
+    skip: usize,
+    ascii: bool,
+    /// The last marker mapped: (character index, byte offset).
+    cursor: std::cell::Cell<(usize, usize)>,
 }
 
-impl<'a> Lines<'a> {
-    fn new(text: &'a str) -> Self {
-        let mut starts = vec![0];
-        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
-        let ascii = (0..starts.len())
-            .map(|i| text[starts[i]..starts.get(i + 1).copied().unwrap_or(text.len())].is_ascii())
-            .collect();
-        Lines { text, starts, ascii }
+impl<'a> Offsets<'a> {
+    fn new(text: &'a str, skip: usize) -> Self {
+        Offsets {
+            text,
+            skip,
+            ascii: text.is_ascii(),
+            cursor: std::cell::Cell::new((0, 0)),
+        }
     }
 
-    /// A marker's byte offset (saphyr counts columns in characters). Each
-    /// call costs O(1) on an ASCII line: a JSON document on one line has
-    /// many tokens, and a scan per token made it quadratic.
+    /// A marker's byte offset: O(1) on ASCII text, else O(the distance from
+    /// the previous marker).
     fn byte(&self, m: &Marker) -> usize {
-        let index = m.line().saturating_sub(1);
-        let Some(&line_start) = self.starts.get(index) else {
-            return self.text.len();
-        };
-        let line_end = self.starts.get(index + 1).copied().unwrap_or(self.text.len());
-        if self.ascii[index] {
-            return (line_start + m.col()).min(line_end);
+        self.of_char(m.index().saturating_sub(self.skip))
+    }
+
+    fn of_char(&self, want: usize) -> usize {
+        if self.ascii {
+            return want.min(self.text.len());
         }
-        let line = &self.text[line_start..line_end];
-        line_start + line.char_indices().nth(m.col()).map_or(line.len(), |(i, _)| i)
+        let (mut chars, mut byte) = self.cursor.get();
+        while chars < want && byte < self.text.len() {
+            byte += 1;
+            while !self.text.is_char_boundary(byte) {
+                byte += 1;
+            }
+            chars += 1;
+        }
+        while chars > want && byte > 0 {
+            byte -= 1;
+            while !self.text.is_char_boundary(byte) {
+                byte -= 1;
+            }
+            chars -= 1;
+        }
+        self.cursor.set((chars, byte));
+        byte
     }
 }
 
@@ -96,11 +122,33 @@ impl<'a> Lines<'a> {
 /// only one document's tree exists at a time. A document's `end` is where
 /// its end was found (the next `---`, or the stream's end). Returns the
 /// syntax error that stopped the stream, if one did.
-pub fn parse_each(text: &str, mut each: impl FnMut(Document)) -> Option<ParseError> {
-    let lines = Lines::new(text);
-    let mut parser = Parser::new_from_str(text);
-    let mut stack: Vec<(Node, Option<Node>)> = Vec::new();
-    let mut root: Option<Node> = None;
+pub fn parse_each<'a>(text: &'a str, each: impl FnMut(Document<'a>)) -> Option<ParseError> {
+    build(text, Parser::new_from_str(text), 0, each)
+}
+
+/// Read before a JSON value: tells saphyr the value cannot be a mapping key
+/// (`{...}: x`). Without it saphyr holds every token of a flow collection
+/// that starts a line until the collection ends, in case it is one: some 50
+/// times the size of a minified JSON List, where the tree is a few times.
+const JSON_LEAD: &str = "--- ";
+
+/// [`parse_each`] for one JSON value (`text` starts with its bracket).
+pub fn parse_json_each<'a>(text: &'a str, each: impl FnMut(Document<'a>)) -> Option<ParseError> {
+    let chars = JSON_LEAD.chars().chain(text.chars());
+    build(text, Parser::new_from_iter(chars), JSON_LEAD.len(), each)
+}
+
+/// The tree from `parser`'s events over `text`, behind `skip` characters
+/// the parser reads first (and positions leave out).
+fn build<'a, I: Input>(
+    text: &'a str,
+    mut parser: Parser<'a, I>,
+    skip: usize,
+    mut each: impl FnMut(Document<'a>),
+) -> Option<ParseError> {
+    let lines = Offsets::new(text, skip);
+    let mut stack: Vec<(Node<'a>, Option<Node<'a>>)> = Vec::new();
+    let mut root: Option<Node<'a>> = None;
     let mut doc_start = 0;
     let mut error = None;
     loop {
@@ -116,7 +164,6 @@ pub fn parse_each(text: &str, mut each: impl FnMut(Document)) -> Option<ParseErr
             }
         };
         let start = lines.byte(&span.start);
-        let col = span.start.col();
         let node = match event {
             Event::StreamStart | Event::Nothing => continue,
             Event::StreamEnd => break,
@@ -138,18 +185,13 @@ pub fn parse_each(text: &str, mut each: impl FnMut(Document)) -> Option<ParseErr
                 kind: Kind::Alias,
                 start,
                 end: lines.byte(&span.end),
-                col,
                 flow: false,
                 decorated: true,
             },
             Event::Scalar(text, style, anchor, tag) => Node {
-                kind: Kind::Scalar {
-                    text: text.into_owned(),
-                    style,
-                },
+                kind: Kind::Scalar { text, style },
                 start,
                 end: lines.byte(&span.end),
-                col,
                 flow: false,
                 decorated: anchor != 0 || tag.is_some(),
             },
@@ -165,7 +207,6 @@ pub fn parse_each(text: &str, mut each: impl FnMut(Document)) -> Option<ParseErr
                         },
                         start,
                         end: start,
-                        col,
                         flow,
                         decorated: anchor != 0 || tag.is_some(),
                     },
@@ -176,6 +217,12 @@ pub fn parse_each(text: &str, mut each: impl FnMut(Document)) -> Option<ParseErr
             Event::SequenceEnd | Event::MappingEnd => {
                 let Some((mut node, _)) = stack.pop() else { continue };
                 node.end = if node.flow { lines.byte(&span.end) } else { start };
+                // Growth's spare room, back: a document's tree stays near its size.
+                match &mut node.kind {
+                    Kind::Seq(items) => items.shrink_to_fit(),
+                    Kind::Map(entries) => entries.shrink_to_fit(),
+                    _ => {}
+                }
                 node
             }
         };
@@ -215,7 +262,7 @@ pub fn parse_each(text: &str, mut each: impl FnMut(Document)) -> Option<ParseErr
 /// returned with the error; each runs until the next one starts (comments
 /// between two documents go with the first), the first from the stream's
 /// start.
-pub fn parse(text: &str) -> (Vec<Document>, Option<ParseError>) {
+pub fn parse(text: &str) -> (Vec<Document<'_>>, Option<ParseError>) {
     let mut docs: Vec<Document> = Vec::new();
     let error = parse_each(text, |d| docs.push(d));
     for i in 1..docs.len() {
@@ -232,16 +279,130 @@ pub fn parse(text: &str) -> (Vec<Document>, Option<ParseError>) {
     (docs, error)
 }
 
-impl Node {
+/// Whether `text` is exactly one document whose JSON (as [`Node::to_json`]
+/// reads it) is `expected`. Checked against the parser's events as they
+/// come, with no tree and no second JSON: the check of an edit costs one
+/// parse and a stack as deep as the document, not another copy of it.
+/// `json`: `text` is one JSON value (read as [`parse_json_each`] reads it).
+pub fn reads_as(text: &str, expected: &Value, json: bool) -> bool {
+    if json {
+        matches(Parser::new_from_iter(JSON_LEAD.chars().chain(text.chars())), expected)
+    } else {
+        matches(Parser::new_from_str(text), expected)
+    }
+}
+
+fn matches<'a, I: Input>(mut parser: Parser<'a, I>, expected: &Value) -> bool {
+    let mut matcher = Matcher {
+        expected,
+        stack: Vec::new(),
+        documents: 0,
+    };
+    while let Some(next) = parser.next_event() {
+        let Ok((event, _)) = next else { return false };
+        if !matcher.event(event) {
+            return false;
+        }
+    }
+    matcher.documents == 1 && matcher.stack.is_empty()
+}
+
+/// An open collection of the text being checked, and what it must hold.
+enum Frame<'v> {
+    Seq {
+        items: &'v [Value],
+        next: usize,
+    },
+    Map {
+        map: &'v Map<String, Value>,
+        seen: std::collections::HashSet<String>,
+        /// The value the next node must be, after its key.
+        value: Option<&'v Value>,
+    },
+}
+
+struct Matcher<'v> {
+    expected: &'v Value,
+    stack: Vec<Frame<'v>>,
+    documents: usize,
+}
+
+impl<'v> Matcher<'v> {
+    /// Takes one event; false at the first difference.
+    fn event(&mut self, event: Event) -> bool {
+        match event {
+            Event::StreamStart | Event::StreamEnd | Event::Nothing | Event::DocumentStart(_) | Event::DocumentEnd => {
+                true
+            }
+            Event::SequenceEnd => match self.stack.pop() {
+                Some(Frame::Seq { items, next }) => next == items.len(),
+                _ => false,
+            },
+            Event::MappingEnd => match self.stack.pop() {
+                Some(Frame::Map { map, seen, value: None }) => seen.len() == map.len(),
+                _ => false,
+            },
+            Event::Scalar(text, style, ..) if self.wants_key() => self.key(key_text(&text, style)),
+            _ if self.wants_key() => false,
+            Event::Scalar(text, style, ..) => self.slot().is_some_and(|v| *v == scalar_json(&text, style)),
+            Event::Alias(_) => self.slot().is_some_and(Value::is_null),
+            Event::SequenceStart(..) => match self.slot() {
+                Some(Value::Array(items)) => {
+                    self.stack.push(Frame::Seq { items, next: 0 });
+                    true
+                }
+                _ => false,
+            },
+            Event::MappingStart(..) => match self.slot() {
+                Some(Value::Object(map)) => {
+                    let seen = std::collections::HashSet::new();
+                    self.stack.push(Frame::Map { map, seen, value: None });
+                    true
+                }
+                _ => false,
+            },
+        }
+    }
+
+    fn wants_key(&self) -> bool {
+        matches!(self.stack.last(), Some(Frame::Map { value: None, .. }))
+    }
+
+    /// A key of the open mapping: once only, and one it must hold.
+    fn key(&mut self, key: String) -> bool {
+        let Some(Frame::Map { map, seen, value }) = self.stack.last_mut() else {
+            return false;
+        };
+        *value = map.get(&key);
+        value.is_some() && seen.insert(key)
+    }
+
+    /// What the next node must be.
+    fn slot(&mut self) -> Option<&'v Value> {
+        match self.stack.last_mut() {
+            None => {
+                self.documents += 1;
+                Some(self.expected).filter(|_| self.documents == 1)
+            }
+            Some(Frame::Seq { items, next }) => {
+                *next += 1;
+                items.get(*next - 1)
+            }
+            Some(Frame::Map { value, .. }) => value.take(),
+        }
+    }
+}
+
+impl<'a> Node<'a> {
     /// The node at `path` beneath this one.
-    pub fn at(&self, path: &[crate::patch::Seg]) -> Option<&Node> {
+    pub fn at(&self, path: &[crate::patch::Seg]) -> Option<&Node<'a>> {
         path.iter().try_fold(self, |node, seg| match seg {
             crate::patch::Seg::Key(k) => node.get(k),
             crate::patch::Seg::Index(i) => node.index(*i),
         })
     }
 
-    pub fn get(&self, key: &str) -> Option<&Node> {
+    pub fn get(&self, key: &str) -> Option<&Node<'a>> {
         match &self.kind {
             Kind::Map(entries) => entries
                 .iter()
@@ -251,9 +412,31 @@ impl Node {
         }
     }
 
-    pub fn index(&self, i: usize) -> Option<&Node> {
+    pub fn index(&self, i: usize) -> Option<&Node<'a>> {
         match &self.kind {
             Kind::Seq(items) => items.get(i),
+            _ => None,
+        }
+    }
+
+    /// The first key, depth first, that its mapping holds twice (as
+    /// [`Node::to_json`] reads keys).
+    pub fn duplicate_key(&self) -> Option<&Node<'a>> {
+        match &self.kind {
+            Kind::Seq(items) => items.iter().find_map(Node::duplicate_key),
+            Kind::Map(entries) => {
+                let mut seen = std::collections::HashSet::new();
+                for (k, _) in entries {
+                    let text = match &k.kind {
+                        Kind::Scalar { text, style } => key_text(text, *style),
+                        _ => k.to_json().to_string(),
+                    };
+                    if !seen.insert(text) {
+                        return Some(k);
+                    }
+                }
+                entries.iter().find_map(|(_, v)| v.duplicate_key())
+            }
             _ => None,
         }
     }
@@ -262,24 +445,18 @@ impl Node {
         matches!(&self.kind, Kind::Scalar { text, style: ScalarStyle::Plain } if is_null(text))
     }
 
-    /// The document as JSON, with plain scalars resolved by YAML 1.2's core
-    /// schema (null, booleans, numbers) and everything else a string.
+    /// The document as JSON, with plain scalars resolved as kubectl reads
+    /// them ([`plain`]) and everything else a string.
     pub fn to_json(&self) -> Value {
         match &self.kind {
             Kind::Alias => Value::Null,
-            Kind::Scalar { text, style } => {
-                if *style == ScalarStyle::Plain {
-                    plain(text)
-                } else {
-                    Value::String(text.clone())
-                }
-            }
+            Kind::Scalar { text, style } => scalar_json(text, *style),
             Kind::Seq(items) => Value::Array(items.iter().map(Node::to_json).collect()),
             Kind::Map(entries) => {
-                let mut map = Map::new();
+                let mut map = Map::with_capacity(entries.len());
                 for (k, v) in entries {
                     let key = match &k.kind {
-                        Kind::Scalar { text, .. } => text.clone(),
+                        Kind::Scalar { text, style } => key_text(text, *style),
                         _ => k.to_json().to_string(),
                     };
                     map.insert(key, v.to_json());
@@ -294,14 +471,44 @@ fn is_null(text: &str) -> bool {
     matches!(text, "" | "~" | "null" | "Null" | "NULL")
 }
 
+/// A scalar's JSON: a plain one resolved ([`plain`]), any other a string.
+fn scalar_json(text: &str, style: ScalarStyle) -> Value {
+    if style == ScalarStyle::Plain {
+        plain(text)
+    } else {
+        Value::String(text.to_string())
+    }
+}
+
+/// A mapping key as kubectl's JSON has it: a plain boolean key is written
+/// `true` or `false` (sigs.k8s.io/yaml formats a YAML 1.1 boolean key so);
+/// anything else is its text.
+fn key_text(text: &str, style: ScalarStyle) -> String {
+    match (style, yaml11_bool(text)) {
+        (ScalarStyle::Plain, Some(b)) => b.to_string(),
+        _ => text.to_string(),
+    }
+}
+
+/// The booleans of YAML 1.1 as go-yaml v2 resolves them (its resolve
+/// table), which is what kubectl reads through sigs.k8s.io/yaml: exactly
+/// these spellings, no other case mix (`yEs` stays a string).
+fn yaml11_bool(text: &str) -> Option<bool> {
+    match text {
+        "y" | "Y" | "yes" | "Yes" | "YES" | "true" | "True" | "TRUE" | "on" | "On" | "ON" => Some(true),
+        "n" | "N" | "no" | "No" | "NO" | "false" | "False" | "FALSE" | "off" | "Off" | "OFF" => Some(false),
+        _ => None,
+    }
+}
+
+/// A plain scalar as kubectl reads it: null, YAML 1.1's booleans
+/// (`yes`/`no`/`on`/`off`/`y`/`n` too), integers, floats, else a string.
 fn plain(text: &str) -> Value {
     if is_null(text) {
         return Value::Null;
     }
-    match text {
-        "true" | "True" | "TRUE" => return Value::Bool(true),
-        "false" | "False" | "FALSE" => return Value::Bool(false),
-        _ => {}
+    if let Some(b) = yaml11_bool(text) {
+        return Value::Bool(b);
     }
     let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
     if !digits.is_empty()
