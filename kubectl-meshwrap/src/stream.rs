@@ -229,7 +229,45 @@ impl Unit {
 
 const TANGLED: &str =
     "YAML anchors, aliases, tags, merge keys or template syntax where meshwrap would edit: left byte for byte as it is";
-const UNEDITABLE: &str = "could not edit this document's layout without changing it: left as it is (please report it)";
+const UNEDITABLE: &str = "could not edit this layout without changing what it reads as: left as it is (write the pod template in block style; please report the layout)";
+const FLOW_COMMENT: &str = "a comment inside a flow collection ([...] or {...}) where meshwrap would add: left as it is (move the comment out of the brackets, or write the collection in block style)";
+
+/// Why `unit` could not be edited, with what to change when it is known.
+fn why_uneditable(d: &Doc, unit: &Unit) -> &'static str {
+    let flow_comment = unit
+        .entries
+        .iter()
+        .filter_map(|(_, p)| p.as_ref())
+        .flat_map(regions)
+        .filter_map(|path| d.tree.root.at(&path))
+        .any(|node| flow_comment(d.text, node));
+    if flow_comment { FLOW_COMMENT } else { UNEDITABLE }
+}
+
+/// Whether a flow collection at or under `node` holds a comment.
+fn flow_comment(text: &str, node: &tree::Node) -> bool {
+    match &node.kind {
+        _ if node.flow => has_comment(&text[node.start..node.end.clamp(node.start, text.len())]),
+        tree::Kind::Seq(items) => items.iter().any(|n| flow_comment(text, n)),
+        tree::Kind::Map(entries) => entries.iter().any(|(_, v)| flow_comment(text, v)),
+        _ => false,
+    }
+}
+
+/// Whether flow-style `text` holds a `#` comment (outside quotes).
+fn has_comment(text: &str) -> bool {
+    let (mut quote, mut prev) = (None, b' ');
+    for &b in text.as_bytes() {
+        match (quote, b) {
+            (None, b'"' | b'\'') => quote = Some(b),
+            (None, b'#') if prev.is_ascii_whitespace() => return true,
+            (Some(q), _) if b == q && !(q == b'"' && prev == b'\\') => quote = None,
+            _ => {}
+        }
+        prev = b;
+    }
+    false
+}
 
 /// The edits (at positions in `text`) that inject one document, `doc`,
 /// parsed from `text`: none when nothing is injected. Its entries go to
@@ -412,7 +450,8 @@ fn edit_units(d: &Doc, editor: &edit::Editor, units: &mut [Unit], working: &mut 
     let mut per_unit: Vec<Option<Vec<edit::Edit>>> = units.iter().map(|u| unit_edits(editor, u)).collect();
     for (unit, edits) in units.iter_mut().zip(&per_unit) {
         if edits.is_none() && !unit.ops.is_empty() {
-            unit.refuse(Verdict::Error, UNEDITABLE);
+            let why = why_uneditable(d, unit);
+            unit.refuse(Verdict::Error, why);
         }
     }
     let all: Vec<usize> = (0..units.len()).filter(|&i| !units[i].ops.is_empty()).collect();
@@ -433,7 +472,8 @@ fn edit_units(d: &Doc, editor: &edit::Editor, units: &mut [Unit], working: &mut 
         bisect(d, units, &per_unit, right, &mut good, &mut bad);
     }
     for &i in &bad {
-        units[i].refuse(Verdict::Error, UNEDITABLE);
+        let why = why_uneditable(d, &units[i]);
+        units[i].refuse(Verdict::Error, why);
         per_unit[i] = None;
     }
     *working = rebuild(d.tree, units);
@@ -441,7 +481,10 @@ fn edit_units(d: &Doc, editor: &edit::Editor, units: &mut [Unit], working: &mut 
     if good.is_empty() || reads_as_planned(d, &edits, working) {
         return edits;
     }
-    units.iter_mut().for_each(|u| u.refuse(Verdict::Error, UNEDITABLE));
+    for unit in units.iter_mut() {
+        let why = why_uneditable(d, unit);
+        unit.refuse(Verdict::Error, why);
+    }
     *working = rebuild(d.tree, units);
     Vec::new()
 }
