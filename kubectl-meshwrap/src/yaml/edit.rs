@@ -681,6 +681,41 @@ mod tests {
     }
 
     #[test]
+    fn an_item_whose_dash_is_followed_by_a_comment_gets_items_before_its_dash() {
+        let out = run(
+            "c:\n- # the app\n  name: x\n-\n  # next\n  name: y\n",
+            &[Op::Insert {
+                path: vec![key("c")],
+                index: 1,
+                values: vec![json!("z")],
+            }],
+        );
+        assert_eq!(out, "c:\n- # the app\n  name: x\n- z\n-\n  # next\n  name: y\n");
+        let out = run(
+            "c:\n- # the app\n  name: x\n",
+            &[Op::Insert {
+                path: vec![key("c")],
+                index: 0,
+                values: vec![json!("z")],
+            }],
+        );
+        assert_eq!(out, "c:\n- z\n- # the app\n  name: x\n");
+    }
+
+    #[test]
+    fn a_keep_chomped_scalars_blank_lines_stay_its_own() {
+        let out = run(
+            "m:\n  s: |+\n    a\n\n\n# after\nn: 1\n",
+            &[Op::Add {
+                path: vec![key("m")],
+                key: "t".into(),
+                value: json!(1),
+            }],
+        );
+        assert_eq!(out, "m:\n  s: |+\n    a\n\n\n  t: 1\n# after\nn: 1\n");
+    }
+
+    #[test]
     fn strings_are_plain_only_when_nothing_else_can_be_read() {
         for s in [
             "true", "no", "1", "1.5", "0x1", "", "a b", "a: b", "-", "#x", "~", "null", "1e3", "*a", "&a", "1:20", "a:",

@@ -76,6 +76,9 @@ struct Offsets<'a> {
     ascii: bool,
     /// The last marker mapped: (character index, byte offset).
     cursor: std::cell::Cell<(usize, usize)>,
+    /// Characters the cursor has stepped over, for the test of its cost.
+    #[cfg(test)]
+    walked: std::cell::Cell<usize>,
 }
 
 impl<'a> Offsets<'a> {
@@ -85,6 +88,8 @@ impl<'a> Offsets<'a> {
             skip,
             ascii: text.is_ascii(),
             cursor: std::cell::Cell::new((0, 0)),
+            #[cfg(test)]
+            walked: std::cell::Cell::new(0),
         }
     }
 
@@ -113,6 +118,9 @@ impl<'a> Offsets<'a> {
             }
             chars -= 1;
         }
+        #[cfg(test)]
+        self.walked
+            .set(self.walked.get() + chars.abs_diff(self.cursor.get().0));
         self.cursor.set((chars, byte));
         byte
     }
@@ -579,11 +587,72 @@ mod tests {
     }
 
     #[test]
-    fn plain_scalars_resolve_like_yaml_1_2() {
+    fn plain_scalars_resolve_as_kubectl_reads_them() {
         let (docs, _) = parse("[1, -2, 1.5, true, ~, '1', x, 0x10, 1e3, 1.2.3]");
         assert_eq!(
             docs[0].root.to_json(),
             serde_json::json!([1, -2, 1.5, true, null, "1", "x", 16, 1000.0, "1.2.3"])
         );
+    }
+
+    #[test]
+    fn yaml_1_1_booleans_are_go_yaml_v2s_table_for_plain_scalars_and_keys_only() {
+        let (docs, _) = parse(
+            "[y, Y, yes, Yes, YES, on, On, ON, n, N, no, No, NO, off, Off, OFF, yEs, oN, 'yes', \"no\", nO]",
+        );
+        let mut want: Vec<serde_json::Value> = [true; 8].into_iter().chain([false; 8]).map(Into::into).collect();
+        want.extend(["yEs", "oN", "yes", "no", "nO"].map(Into::into));
+        assert_eq!(docs[0].root.to_json(), serde_json::Value::Array(want));
+        let (docs, _) = parse("yes: 1\n'no': 2\n");
+        assert_eq!(docs[0].root.to_json(), serde_json::json!({"true": 1, "no": 2}));
+    }
+
+    #[test]
+    fn offsets_cost_one_pass_over_a_long_line_with_non_ascii_text() {
+        // One line of 20,000 flow items after an "é": the cursor walks the
+        // line about once (a scan from the line's start per marker walked it
+        // once per token).
+        let text = format!("[\"é\", {}]", vec!["1"; 20_000].join(", "));
+        let offsets = Offsets::new(&text, 0);
+        let mut parser = Parser::new_from_str(&text);
+        while let Some(Ok((event, span))) = parser.next_event() {
+            let at = offsets.byte(&span.start);
+            if let Event::Scalar(value, ..) = event {
+                assert!(text[at..].starts_with(['"', value.chars().next().unwrap_or(' ')]));
+            }
+        }
+        let chars = text.chars().count();
+        assert!(offsets.walked.get() <= 3 * chars, "{} steps for {chars} characters", offsets.walked.get());
+        // Backwards too, and past the end.
+        assert_eq!(offsets.of_char(2), 2);
+        assert_eq!(offsets.of_char(3), 4);
+        assert_eq!(offsets.of_char(usize::MAX), text.len());
+    }
+
+    #[test]
+    fn reads_as_checks_every_value_each_key_once_and_one_document() {
+        let want = serde_json::json!({"a": [1, "x"], "b": {"c": true}});
+        assert!(reads_as("a: [1, x]\nb: {c: yes}\n", &want, false));
+        assert!(reads_as("{\"a\": [1, \"x\"], \"b\": {\"c\": true}}", &want, true));
+        for text in [
+            "a: [1, x]\nb: {c: no}\n",
+            "a: [1, x, 2]\nb: {c: true}\n",
+            "a: [1, x]\nb: {c: true, d: 1}\n",
+            "a: [1, x]\na: [1, x]\nb: {c: true}\n",
+            "a: [1, x]\n",
+            "a: [1, x]\nb: {c: true}\n---\nz: 1\n",
+            "a: [1, x\n",
+        ] {
+            assert!(!reads_as(text, &want, false), "{text}");
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_are_found_at_any_depth() {
+        let (docs, _) = parse("a:\n  b: 1\n  c: [{d: 1, d: 2}]\n");
+        let dup = docs[0].root.duplicate_key().unwrap();
+        assert!(matches!(&dup.kind, Kind::Scalar { text, .. } if text == "d"));
+        let (docs, _) = parse("a: {b: 1}\nc: {b: 1}\n");
+        assert!(docs[0].root.duplicate_key().is_none());
     }
 }
