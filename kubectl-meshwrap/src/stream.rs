@@ -13,7 +13,7 @@
 
 use serde_json::Value;
 
-use crate::patch::{self, Op, Path};
+use crate::patch::{self, Op, Path, Seg};
 use crate::transform::{self, Options, Outcome, Place};
 use crate::workloads::{self, TemplatePath};
 use crate::yaml::{edit, tree};
@@ -211,13 +211,20 @@ struct Unit {
     /// Where its object is in the document.
     at: Path,
     entries: Vec<(Entry, Option<Place>)>,
+    /// Its additions, until they are text edits.
     ops: Vec<Op>,
+    /// It has additions, and they go in (not refused).
+    live: bool,
+    /// It had additions, and was refused: the document's JSON must lose them.
+    refused: bool,
 }
 
 impl Unit {
     /// Refused: nothing of it is edited, and its injected entries say why.
     fn refuse(&mut self, verdict: Verdict, why: &str) {
-        self.ops.clear();
+        self.refused |= self.live;
+        self.live = false;
+        self.ops = Vec::new();
         for (e, place) in &mut self.entries {
             if place.take().is_some() {
                 e.verdict = verdict;
@@ -281,17 +288,14 @@ fn document(text: &str, doc: &tree::Document, cx: &Context, entries: &mut Vec<En
         return Vec::new();
     }
     let mut units: Vec<Unit> = found.into_iter().map(|w| plan_unit(&mut working, w, cx.opts)).collect();
-    let planned = ops_count(&units);
-    for unit in units.iter_mut().filter(|u| !u.ops.is_empty()) {
+    for unit in units.iter_mut().filter(|u| u.live) {
         if let Some(why) = duplicate_key(text, doc.root.at(&unit.at)) {
             unit.refuse(Verdict::Error, &why);
         } else if tangled(text, doc, unit) {
             unit.refuse(Verdict::Skipped, TANGLED);
         }
     }
-    if ops_count(&units) != planned {
-        working = rebuild(doc, &units);
-    }
+    restore(&mut working, doc, &units);
     let editor = edit::Editor::new(text, &doc.root);
     let d = Doc {
         text,
@@ -300,10 +304,6 @@ fn document(text: &str, doc: &tree::Document, cx: &Context, entries: &mut Vec<En
     };
     let edits = edit_units(&d, &editor, &mut units, &mut working);
     finish(&d, &editor, cx, units, working, edits, entries)
-}
-
-fn ops_count(units: &[Unit]) -> usize {
-    units.iter().map(|u| u.ops.len()).sum()
 }
 
 /// The document's root as JSON, when it is an object. Anything else holding
@@ -360,6 +360,8 @@ fn plan_unit(working: &mut Value, workload: workloads::Workload, opts: &Options)
         at: workload.at.clone(),
         entries: Vec::new(),
         ops: Vec::new(),
+        live: false,
+        refused: false,
     };
     let places = match workload.places {
         Ok(places) => places,
@@ -385,6 +387,7 @@ fn plan_unit(working: &mut Value, workload: workloads::Workload, opts: &Options)
                     patch::apply(working, op);
                 }
                 unit.ops.extend(ops);
+                unit.live = true;
                 let guard = if guard { "guard" } else { "no guard" };
                 let message = format!("container {container}, --quit-policy {policy}, {guard}");
                 (Verdict::Injected, message, true)
@@ -428,13 +431,24 @@ fn tangled(text: &str, doc: &tree::Document, unit: &Unit) -> bool {
         })
 }
 
-/// The document's JSON with only the additions of the units still planned.
-fn rebuild(doc: &tree::Document, units: &[Unit]) -> Value {
-    let mut working = doc.root.to_json();
-    for op in units.iter().flat_map(|u| &u.ops) {
-        patch::apply(&mut working, op);
+/// Takes the additions of refused units back out of `working`: their
+/// objects as the document has them (units are disjoint objects).
+fn restore(working: &mut Value, doc: &tree::Document, units: &[Unit]) {
+    for unit in units.iter().filter(|u| u.refused) {
+        without_additions(working, doc, &unit.at);
     }
-    working
+}
+
+/// The object at `at` in `working` as the document's text has it.
+fn without_additions(working: &mut Value, doc: &tree::Document, at: &[Seg]) {
+    let Some(node) = doc.root.at(at) else { return };
+    let target = at.iter().try_fold(working, |v, seg| match seg {
+        Seg::Key(k) => v.get_mut(k.as_str()),
+        Seg::Index(i) => v.get_mut(*i),
+    });
+    if let Some(target) = target {
+        *target = node.to_json();
+    }
 }
 
 /// The edits of one unit, on their own.
@@ -447,14 +461,20 @@ fn unit_edits(editor: &edit::Editor, unit: &Unit) -> Option<Vec<edit::Edit>> {
 /// document, not n). `working` ends as the document with the edited units'
 /// additions.
 fn edit_units(d: &Doc, editor: &edit::Editor, units: &mut [Unit], working: &mut Value) -> Vec<edit::Edit> {
-    let mut per_unit: Vec<Option<Vec<edit::Edit>>> = units.iter().map(|u| unit_edits(editor, u)).collect();
-    for (unit, edits) in units.iter_mut().zip(&per_unit) {
-        if edits.is_none() && !unit.ops.is_empty() {
+    // Each unit's additions become text, and are dropped: the text is a
+    // fraction of their size as JSON values.
+    let mut per_unit: Vec<Option<Vec<edit::Edit>>> = Vec::with_capacity(units.len());
+    for unit in units.iter_mut() {
+        let edits = if unit.live { unit_edits(editor, unit) } else { None };
+        unit.ops = Vec::new();
+        if edits.is_none() && unit.live {
             let why = why_uneditable(d, unit);
             unit.refuse(Verdict::Error, why);
         }
+        per_unit.push(edits);
     }
-    let all: Vec<usize> = (0..units.len()).filter(|&i| !units[i].ops.is_empty()).collect();
+    restore(working, d.tree, units);
+    let all: Vec<usize> = (0..units.len()).filter(|&i| units[i].live).collect();
     if all.is_empty() {
         return Vec::new();
     }
@@ -468,15 +488,15 @@ fn edit_units(d: &Doc, editor: &edit::Editor, units: &mut [Unit], working: &mut 
         bad.push(all[0]);
     } else {
         let (left, right) = all.split_at(all.len() / 2);
-        bisect(d, units, &per_unit, left, &mut good, &mut bad);
-        bisect(d, units, &per_unit, right, &mut good, &mut bad);
+        bisect(d, working, units, &per_unit, left, &mut good, &mut bad);
+        bisect(d, working, units, &per_unit, right, &mut good, &mut bad);
     }
     for &i in &bad {
         let why = why_uneditable(d, &units[i]);
         units[i].refuse(Verdict::Error, why);
         per_unit[i] = None;
     }
-    *working = rebuild(d.tree, units);
+    restore(working, d.tree, units);
     edits = merged(&good, &per_unit);
     if good.is_empty() || reads_as_planned(d, &edits, working) {
         return edits;
@@ -485,7 +505,7 @@ fn edit_units(d: &Doc, editor: &edit::Editor, units: &mut [Unit], working: &mut 
         let why = why_uneditable(d, unit);
         unit.refuse(Verdict::Error, why);
     }
-    *working = rebuild(d.tree, units);
+    restore(working, d.tree, units);
     Vec::new()
 }
 
@@ -504,15 +524,20 @@ fn merged(set: &[usize], per_unit: &[Option<Vec<edit::Edit>>]) -> Vec<edit::Edit
 /// and those that do not.
 fn bisect(
     d: &Doc,
+    working: &Value,
     units: &[Unit],
     per_unit: &[Option<Vec<edit::Edit>>],
     set: &[usize],
     good: &mut Vec<usize>,
     bad: &mut Vec<usize>,
 ) {
-    let mut expected = d.tree.root.to_json();
-    for op in set.iter().flat_map(|&i| &units[i].ops) {
-        patch::apply(&mut expected, op);
+    let mut in_set = vec![false; units.len()];
+    set.iter().for_each(|&i| in_set[i] = true);
+    let mut expected = working.clone();
+    for (i, unit) in units.iter().enumerate() {
+        if unit.live && !in_set[i] {
+            without_additions(&mut expected, d.tree, &unit.at);
+        }
     }
     if reads_as_planned(d, &merged(set, per_unit), &expected) {
         good.extend_from_slice(set);
@@ -524,8 +549,8 @@ fn bisect(
         return;
     }
     let (left, right) = set.split_at(set.len() / 2);
-    bisect(d, units, per_unit, left, good, bad);
-    bisect(d, units, per_unit, right, good, bad);
+    bisect(d, working, units, per_unit, left, good, bad);
+    bisect(d, working, units, per_unit, right, good, bad);
 }
 
 /// Whether the document, edited by `edits` and read on its own, is exactly

@@ -119,8 +119,7 @@ impl<'a> Offsets<'a> {
             chars -= 1;
         }
         #[cfg(test)]
-        self.walked
-            .set(self.walked.get() + chars.abs_diff(self.cursor.get().0));
+        self.walked.set(self.walked.get() + chars.abs_diff(self.cursor.get().0));
         self.cursor.set((chars, byte));
         byte
     }
@@ -597,9 +596,8 @@ mod tests {
 
     #[test]
     fn yaml_1_1_booleans_are_go_yaml_v2s_table_for_plain_scalars_and_keys_only() {
-        let (docs, _) = parse(
-            "[y, Y, yes, Yes, YES, on, On, ON, n, N, no, No, NO, off, Off, OFF, yEs, oN, 'yes', \"no\", nO]",
-        );
+        let (docs, _) =
+            parse("[y, Y, yes, Yes, YES, on, On, ON, n, N, no, No, NO, off, Off, OFF, yEs, oN, 'yes', \"no\", nO]");
         let mut want: Vec<serde_json::Value> = [true; 8].into_iter().chain([false; 8]).map(Into::into).collect();
         want.extend(["yEs", "oN", "yes", "no", "nO"].map(Into::into));
         assert_eq!(docs[0].root.to_json(), serde_json::Value::Array(want));
@@ -622,7 +620,11 @@ mod tests {
             }
         }
         let chars = text.chars().count();
-        assert!(offsets.walked.get() <= 3 * chars, "{} steps for {chars} characters", offsets.walked.get());
+        assert!(
+            offsets.walked.get() <= 3 * chars,
+            "{} steps for {chars} characters",
+            offsets.walked.get()
+        );
         // Backwards too, and past the end.
         assert_eq!(offsets.of_char(2), 2);
         assert_eq!(offsets.of_char(3), 4);
