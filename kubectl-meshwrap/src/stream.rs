@@ -83,7 +83,8 @@ pub fn run(
         for (start, end) in json_values(body) {
             let chunk = &body[start..end];
             let cx = Context { json: true, ..cx };
-            let error = tree::parse_json_each(chunk, |doc| emit(document(chunk, &doc, &cx, &mut entries), start));
+            let led = tree::lead(chunk);
+            let error = tree::parse_json_each(&led, |doc| emit(document(chunk, &doc, &cx, &mut entries), start));
             if let Some(e) = error {
                 entries.push(not_yaml(body, line_of(body, start) + e.line - 1, e.message));
             }

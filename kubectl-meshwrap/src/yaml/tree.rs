@@ -139,14 +139,20 @@ pub fn parse_each<'a>(text: &'a str, each: impl FnMut(Document<'a>)) -> Option<P
 /// times the size of a minified JSON List, where the tree is a few times.
 const JSON_LEAD: &str = "--- ";
 
-/// [`parse_each`] for one JSON value (`text` starts with its bracket).
-pub fn parse_json_each<'a>(text: &'a str, each: impl FnMut(Document<'a>)) -> Option<ParseError> {
-    let chars = JSON_LEAD.chars().chain(text.chars());
-    build(text, Parser::new_from_iter(chars), JSON_LEAD.len(), each)
+/// [`parse_each`] for one JSON value: `led` is [`lead`]'s value, and
+/// positions are in the JSON text after its lead.
+pub fn parse_json_each<'a>(led: &'a str, each: impl FnMut(Document<'a>)) -> Option<ParseError> {
+    let text = led.strip_prefix(JSON_LEAD).expect("a JSON value behind its lead");
+    build(text, Parser::new_from_str(led), JSON_LEAD.len(), each)
 }
 
-/// The tree from `parser`'s events over `text`, behind `skip` characters
-/// the parser reads first (and positions leave out).
+/// A JSON value behind the text that tells saphyr it is not a key.
+pub fn lead(json: &str) -> String {
+    format!("{JSON_LEAD}{json}")
+}
+
+/// The tree from `parser`'s events over `text`, behind `skip` ASCII
+/// characters the parser reads first (and positions leave out).
 fn build<'a, I: Input>(
     text: &'a str,
     mut parser: Parser<'a, I>,
@@ -269,9 +275,17 @@ fn build<'a, I: Input>(
 /// returned with the error; each runs until the next one starts (comments
 /// between two documents go with the first), the first from the stream's
 /// start.
-pub fn parse(text: &str) -> (Vec<Document<'_>>, Option<ParseError>) {
-    let mut docs: Vec<Document> = Vec::new();
-    let error = parse_each(text, |d| docs.push(d));
+/// The documents own their text (a caller may drop `text`); the stream's
+/// path, [`parse_each`], borrows it instead.
+pub fn parse(text: &str) -> (Vec<Document<'static>>, Option<ParseError>) {
+    let mut docs: Vec<Document<'static>> = Vec::new();
+    let error = parse_each(text, |d| {
+        docs.push(Document {
+            root: d.root.into_owned(),
+            start: d.start,
+            end: d.end,
+        })
+    });
     for i in 1..docs.len() {
         docs[i - 1].end = docs[i].start;
     }
@@ -293,7 +307,7 @@ pub fn parse(text: &str) -> (Vec<Document<'_>>, Option<ParseError>) {
 /// `json`: `text` is one JSON value (read as [`parse_json_each`] reads it).
 pub fn reads_as(text: &str, expected: &Value, json: bool) -> bool {
     if json {
-        matches(Parser::new_from_iter(JSON_LEAD.chars().chain(text.chars())), expected)
+        matches(Parser::new_from_str(&lead(text)), expected)
     } else {
         matches(Parser::new_from_str(text), expected)
     }
@@ -401,6 +415,31 @@ impl<'v> Matcher<'v> {
 }
 
 impl<'a> Node<'a> {
+    /// The node with its text copied out of the input.
+    pub fn into_owned(self) -> Node<'static> {
+        let kind = match self.kind {
+            Kind::Scalar { text, style } => Kind::Scalar {
+                text: Cow::Owned(text.into_owned()),
+                style,
+            },
+            Kind::Seq(items) => Kind::Seq(items.into_iter().map(Node::into_owned).collect()),
+            Kind::Map(entries) => Kind::Map(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                    .collect(),
+            ),
+            Kind::Alias => Kind::Alias,
+        };
+        Node {
+            kind,
+            start: self.start,
+            end: self.end,
+            flow: self.flow,
+            decorated: self.decorated,
+        }
+    }
+
     /// The node at `path` beneath this one.
     pub fn at(&self, path: &[crate::patch::Seg]) -> Option<&Node<'a>> {
         path.iter().try_fold(self, |node, seg| match seg {
