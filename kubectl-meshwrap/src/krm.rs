@@ -4,7 +4,9 @@
 //!
 //! A ResourceList is just a List to the transform, so its items go through
 //! the very path `inject` takes, edited in place; the results are one more
-//! addition to the same document. Options come from the functionConfig's
+//! addition to the same document. An item that cannot be edited stays as it
+//! was, with an error result naming it; the other items are still injected
+//! and every result is written. Options come from the functionConfig's
 //! `data` (a ConfigMap) or `spec`, flags filling what it leaves out.
 
 use std::io::{Read, Write};

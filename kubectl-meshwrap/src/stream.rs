@@ -8,8 +8,20 @@
 //! - the edited text re-parses to exactly the plan applied to its JSON.
 //!
 //! Otherwise it is left byte for byte as it was, and the entry says why.
-//! Documents are handled one at a time, so memory follows the largest
-//! document, not the stream.
+//! Each workload of a document (a List's or ResourceList's item) is a unit
+//! that is edited or refused on its own: one item that cannot be edited
+//! leaves that item as it was and the others injected (the units whose edit
+//! reads back wrong are found by halving the set).
+//!
+//! A UTF-8 byte order mark at the start is read past (kubectl drops it) and
+//! kept in the output, which stays the input plus additions. A document that
+//! is not an object but mentions containers is reported, never passed over.
+//!
+//! Memory: documents are handled one at a time, so it follows the largest
+//! document, not the stream. For one document it holds the tree (scalars
+//! borrowed from the input), the JSON with its planned additions, the text
+//! edits and, while the edit is checked, the edited text: no second tree or
+//! JSON (the check runs on the parser's events). BENCHMARKS.md measures it.
 
 use serde_json::Value;
 

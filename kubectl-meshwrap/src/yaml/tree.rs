@@ -210,54 +210,18 @@ fn build<'a, I: Input>(
             },
             Event::SequenceStart(anchor, ref tag) | Event::MappingStart(anchor, ref tag) => {
                 let seq = matches!(event, Event::SequenceStart(..));
-                let flow = text[start..].starts_with(if seq { '[' } else { '{' });
-                stack.push((
-                    Node {
-                        kind: if seq {
-                            Kind::Seq(Vec::new())
-                        } else {
-                            Kind::Map(Vec::new())
-                        },
-                        start,
-                        end: start,
-                        flow,
-                        decorated: anchor != 0 || tag.is_some(),
-                    },
-                    None,
-                ));
+                stack.push((open(text, start, seq, anchor != 0 || tag.is_some()), None));
                 continue;
             }
             Event::SequenceEnd | Event::MappingEnd => {
-                let Some((mut node, _)) = stack.pop() else { continue };
-                node.end = if node.flow { lines.byte(&span.end) } else { start };
-                // Growth's spare room, back: a document's tree stays near its size.
-                match &mut node.kind {
-                    Kind::Seq(items) => items.shrink_to_fit(),
-                    Kind::Map(entries) => entries.shrink_to_fit(),
-                    _ => {}
-                }
-                node
+                let Some((node, _)) = stack.pop() else { continue };
+                let end = if node.flow { lines.byte(&span.end) } else { start };
+                close(node, end)
             }
         };
-        // Attach the finished node to its parent, or make it the root.
         match stack.last_mut() {
             None => root = Some(node),
-            Some((parent, pending_key)) => {
-                parent.decorated |= node.decorated;
-                match &mut parent.kind {
-                    Kind::Seq(items) => items.push(node),
-                    Kind::Map(entries) => match pending_key.take() {
-                        None => {
-                            if matches!(&node.kind, Kind::Scalar { text, style: ScalarStyle::Plain } if text == "<<") {
-                                parent.decorated = true;
-                            }
-                            *pending_key = Some(node);
-                        }
-                        Some(key) => entries.push((key, node)),
-                    },
-                    _ => {}
-                }
-            }
+            Some((parent, pending_key)) => attach(parent, pending_key, node),
         }
     }
     // A document with no end event (the stream's last, implicit).
@@ -269,6 +233,52 @@ fn build<'a, I: Input>(
         });
     }
     error
+}
+
+/// A collection starting at `start` (a sequence when `seq`), empty so far.
+fn open<'a>(text: &str, start: usize, seq: bool, decorated: bool) -> Node<'a> {
+    Node {
+        kind: if seq {
+            Kind::Seq(Vec::new())
+        } else {
+            Kind::Map(Vec::new())
+        },
+        start,
+        end: start,
+        flow: text[start..].starts_with(if seq { '[' } else { '{' }),
+        decorated,
+    }
+}
+
+/// A finished collection, ending at `end`, its spare room given back (a
+/// document's tree stays near its size).
+fn close(mut node: Node<'_>, end: usize) -> Node<'_> {
+    node.end = end;
+    match &mut node.kind {
+        Kind::Seq(items) => items.shrink_to_fit(),
+        Kind::Map(entries) => entries.shrink_to_fit(),
+        _ => {}
+    }
+    node
+}
+
+/// Attaches a finished node to its parent: an item, a key (then waiting in
+/// `pending_key` for its value), or a value.
+fn attach<'a>(parent: &mut Node<'a>, pending_key: &mut Option<Node<'a>>, node: Node<'a>) {
+    parent.decorated |= node.decorated;
+    match &mut parent.kind {
+        Kind::Seq(items) => items.push(node),
+        Kind::Map(entries) => match pending_key.take() {
+            None => {
+                if matches!(&node.kind, Kind::Scalar { text, style: ScalarStyle::Plain } if text == "<<") {
+                    parent.decorated = true;
+                }
+                *pending_key = Some(node);
+            }
+            Some(key) => entries.push((key, node)),
+        },
+        _ => {}
+    }
 }
 
 /// Parses every document of `text`. Documents before a syntax error are
