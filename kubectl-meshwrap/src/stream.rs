@@ -23,6 +23,8 @@
 //! edits and, while the edit is checked, the edited text: no second tree or
 //! JSON (the check runs on the parser's events). BENCHMARKS.md measures it.
 
+use std::collections::HashMap;
+
 use serde_json::Value;
 
 use crate::patch::{self, Op, Path, Seg};
@@ -31,7 +33,9 @@ use crate::workloads::{self, TemplatePath};
 use crate::yaml::{edit, tree};
 
 /// More additions to each document, planned from its JSON once injected and
-/// from its entries (the KRM function's results).
+/// from its entries (the KRM function's results). A List's items are nulls
+/// in that JSON (each is held as text meanwhile): the additions go outside
+/// them.
 pub type Extra<'a> = &'a dyn Fn(&Value, &[Entry]) -> Vec<Op>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -230,6 +234,10 @@ struct Unit {
     live: bool,
     /// It had additions, and was refused: the document's JSON must lose them.
     refused: bool,
+    /// Its object as planned, as JSON text, while the document's JSON holds
+    /// a null in its place (a List's items: a few times smaller as text
+    /// than as values; the check reads it back when it gets there).
+    compact: Option<String>,
 }
 
 impl Unit {
@@ -300,7 +308,14 @@ fn document(text: &str, doc: &tree::Document, cx: &Context, entries: &mut Vec<En
     if found.is_empty() && cx.extra.is_none() {
         return Vec::new();
     }
-    let mut units: Vec<Unit> = found.into_iter().map(|w| plan_unit(&mut working, w, cx.opts)).collect();
+    let mut units: Vec<Unit> = found
+        .into_iter()
+        .map(|w| {
+            let mut unit = plan_unit(&mut working, w, cx.opts);
+            compact(&mut working, &mut unit);
+            unit
+        })
+        .collect();
     for unit in units.iter_mut().filter(|u| u.live) {
         if let Some(why) = duplicate_key(text, doc.root.at(&unit.at)) {
             unit.refuse(Verdict::Error, &why);
@@ -308,7 +323,7 @@ fn document(text: &str, doc: &tree::Document, cx: &Context, entries: &mut Vec<En
             unit.refuse(Verdict::Skipped, TANGLED);
         }
     }
-    restore(&mut working, doc, &units);
+    restore(&mut working, doc, &mut units);
     let editor = edit::Editor::new(text, &doc.root);
     let d = Doc {
         text,
@@ -375,6 +390,7 @@ fn plan_unit(working: &mut Value, workload: workloads::Workload, opts: &Options)
         ops: Vec::new(),
         live: false,
         refused: false,
+        compact: None,
     };
     let places = match workload.places {
         Ok(places) => places,
@@ -446,20 +462,66 @@ fn tangled(text: &str, doc: &tree::Document, unit: &Unit) -> bool {
 
 /// Takes the additions of refused units back out of `working`: their
 /// objects as the document has them (units are disjoint objects).
-fn restore(working: &mut Value, doc: &tree::Document, units: &[Unit]) {
-    for unit in units.iter().filter(|u| u.refused) {
+fn restore(working: &mut Value, doc: &tree::Document, units: &mut [Unit]) {
+    for unit in units.iter_mut().filter(|u| u.refused) {
         without_additions(working, doc, &unit.at);
+        unit.compact = None;
     }
+}
+
+/// Puts a planned List item's object into `unit.compact`, a null in its
+/// place. Not the document's own object, and not one holding a float (whose
+/// text might not read back bit for bit).
+fn compact(working: &mut Value, unit: &mut Unit) {
+    if unit.at.is_empty() {
+        return;
+    }
+    let Some(object) = value_at(working, &unit.at) else {
+        return;
+    };
+    if has_float(object) {
+        return;
+    }
+    unit.compact = serde_json::to_string(object).ok();
+    if unit.compact.is_some() {
+        *object = Value::Null;
+    }
+}
+
+fn value_at<'v>(value: &'v mut Value, at: &[Seg]) -> Option<&'v mut Value> {
+    at.iter().try_fold(value, |v, seg| match seg {
+        Seg::Key(k) => v.get_mut(k.as_str()),
+        Seg::Index(i) => v.get_mut(*i),
+    })
+}
+
+fn has_float(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => n.is_f64(),
+        Value::Array(items) => items.iter().any(has_float),
+        Value::Object(map) => map.values().any(has_float),
+        _ => false,
+    }
+}
+
+/// The units' compact objects by the address of the null standing in for
+/// each in `value` (whose units `keep` says stand in).
+fn stand_ins<'u>(value: &Value, units: &'u [Unit], keep: impl Fn(usize) -> bool) -> HashMap<usize, &'u str> {
+    let mut out = HashMap::new();
+    for (i, unit) in units.iter().enumerate() {
+        if let Some(text) = unit.compact.as_deref().filter(|_| keep(i))
+            && let Some(hole) = patch::get(value, &unit.at)
+        {
+            out.insert(hole as *const Value as usize, text);
+        }
+    }
+    out
 }
 
 /// The object at `at` in `working` as the document's text has it.
 fn without_additions(working: &mut Value, doc: &tree::Document, at: &[Seg]) {
     let Some(node) = doc.root.at(at) else { return };
-    let target = at.iter().try_fold(working, |v, seg| match seg {
-        Seg::Key(k) => v.get_mut(k.as_str()),
-        Seg::Index(i) => v.get_mut(*i),
-    });
-    if let Some(target) = target {
+    if let Some(target) = value_at(working, at) {
         *target = node.to_json();
     }
 }
@@ -492,7 +554,7 @@ fn edit_units(d: &Doc, editor: &edit::Editor, units: &mut [Unit], working: &mut 
         return Vec::new();
     }
     let mut edits = merged(&all, &per_unit);
-    if reads_as_planned(d, &edits, working) {
+    if reads_as_planned(d, &edits, working, &stand_ins(working, units, |_| true)) {
         return edits;
     }
     // Some unit's edit reads back wrong: keep the units that check out.
@@ -511,7 +573,7 @@ fn edit_units(d: &Doc, editor: &edit::Editor, units: &mut [Unit], working: &mut 
     }
     restore(working, d.tree, units);
     edits = merged(&good, &per_unit);
-    if good.is_empty() || reads_as_planned(d, &edits, working) {
+    if good.is_empty() || reads_as_planned(d, &edits, working, &stand_ins(working, units, |_| true)) {
         return edits;
     }
     for unit in units.iter_mut() {
@@ -552,7 +614,8 @@ fn bisect(
             without_additions(&mut expected, d.tree, &unit.at);
         }
     }
-    if reads_as_planned(d, &merged(set, per_unit), &expected) {
+    let holes = stand_ins(&expected, units, |i| in_set[i] || !units[i].live);
+    if reads_as_planned(d, &merged(set, per_unit), &expected, &holes) {
         good.extend_from_slice(set);
         return;
     }
@@ -568,7 +631,7 @@ fn bisect(
 
 /// Whether the document, edited by `edits` and read on its own, is exactly
 /// `expected`.
-fn reads_as_planned(d: &Doc, edits: &[edit::Edit], expected: &Value) -> bool {
+fn reads_as_planned(d: &Doc, edits: &[edit::Edit], expected: &Value, holes: &HashMap<usize, &str>) -> bool {
     let (text, doc) = (d.text, d.tree);
     let end = edits
         .iter()
@@ -586,7 +649,11 @@ fn reads_as_planned(d: &Doc, edits: &[edit::Edit], expected: &Value) -> bool {
         })
         .collect();
     let new = edit::apply(&text[doc.start..end], &local);
-    tree::reads_as(&new, expected, d.json)
+    let stand_in = |v: &Value| {
+        let text = holes.get(&(v as *const Value as usize))?;
+        Some(serde_json::from_str(text).unwrap_or(Value::Null))
+    };
+    tree::reads_as(&new, expected, d.json, &stand_in)
 }
 
 /// The extra additions (the KRM results), planned from the final entries,
@@ -601,7 +668,7 @@ fn finish(
     mut edits: Vec<edit::Edit>,
     entries: &mut Vec<Entry>,
 ) -> Vec<edit::Edit> {
-    let mine: Vec<Entry> = units.into_iter().flat_map(|u| u.entries).map(|(e, _)| e).collect();
+    let mine: Vec<Entry> = units.iter().flat_map(|u| &u.entries).map(|(e, _)| e.clone()).collect();
     if let Some(extra) = cx.extra {
         let more = extra(&working, &mine);
         if !more.is_empty() {
@@ -612,7 +679,7 @@ fn finish(
                 let mut all = edits.clone();
                 all.extend(extra_edits);
                 all.sort_by_key(|e| e.at);
-                reads_as_planned(d, &all, &working).then_some(all)
+                reads_as_planned(d, &all, &working, &stand_ins(&working, &units, |_| true)).then_some(all)
             });
             match added {
                 Some(all) => edits = all,
