@@ -362,7 +362,7 @@ fn main() {
          character was quadratic: 32.7 s for 99 KB), and a JSON value is parsed behind `--- ` so \
          saphyr does not queue every token of a flow document in case it is a key. The two \
          one-document rows are that bound's measure; the JSON List's ratio to its input is high \
-         because each 260-byte Job gets about 2 KB of additions, and the whole List's JSON is \
+         because each 340-byte Job gets about 1.8 KB of additions, and the whole List's JSON is \
          built once before its items are planned.\n"
     );
     let path = format!("{root}/BENCHMARKS.md");
