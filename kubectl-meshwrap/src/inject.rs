@@ -6,6 +6,11 @@
 //! by renaming a complete new file over it, so a reader (or a crash) sees
 //! the old file or the new one, never half of either, and reading the input
 //! is finished before its replacement exists (no `> same-file` truncation).
+//!
+//! Symlinks are resolved: `--in-place` replaces the file a link points to
+//! (the link stays), and a folder walk visits each file and folder once by
+//! its resolved path, so a link loop or a second name for a file cannot
+//! repeat it.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -22,39 +27,86 @@ pub struct Request {
     pub taught: Vec<TemplatePath>,
 }
 
-/// The inputs, folders walked (their .yaml, .yml and .json files, sorted).
-fn inputs(files: &[String]) -> Result<Vec<PathBuf>, String> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
-            .map(|e| e.map(|e| e.path()))
-            .collect::<Result<_, _>>()?;
-        entries.sort();
-        for path in entries {
-            if path.is_dir() {
-                walk(&path, out)?;
-            } else if path
-                .extension()
-                .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
-            {
-                out.push(path);
-            }
-        }
-        Ok(())
-    }
+/// One input: the path as the user gave it or the walk found it (for
+/// reports), and the file it resolves to (what is read, and replaced by
+/// `--in-place`, so a symlink stays a symlink to the injected file).
+struct Input {
+    shown: PathBuf,
+    real: PathBuf,
+}
+
+/// The inputs, folders walked (their .yaml, .yml and .json files, sorted),
+/// symlinks resolved, each file and folder visited once: a link back up a
+/// folder tree, or two names for one file, cannot repeat it.
+fn inputs(files: &[String]) -> Result<Vec<Input>, String> {
+    let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     for f in files {
         let path = PathBuf::from(f);
         if f == "-" {
-            out.push(path);
-        } else if path.is_dir() {
-            walk(&path, &mut out).map_err(|e| format!("-f {f}: {e}"))?;
-        } else if path.exists() {
-            out.push(path);
-        } else {
-            return Err(format!("-f {f}: no such file or folder"));
+            out.push(Input {
+                shown: path.clone(),
+                real: path,
+            });
+            continue;
+        }
+        let real = std::fs::canonicalize(&path).map_err(|e| match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => format!("-f {f}: a symlink to nothing readable ({e})"),
+            Ok(_) => format!("-f {f}: {e}"),
+            Err(_) => format!("-f {f}: no such file or folder"),
+        })?;
+        if real.is_dir() {
+            walk(&path, &real, &mut seen, &mut out).map_err(|e| format!("-f {f}: {e}"))?;
+        } else if seen.insert(real.clone()) {
+            out.push(Input { shown: path, real });
         }
     }
     Ok(out)
+}
+
+/// The manifests under the folder `shown` (which resolves to `real`),
+/// skipping what `seen` holds.
+fn walk(
+    shown: &Path,
+    real: &Path,
+    seen: &mut std::collections::HashSet<PathBuf>,
+    out: &mut Vec<Input>,
+) -> std::io::Result<()> {
+    if !seen.insert(real.to_path_buf()) {
+        return Ok(());
+    }
+    let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(real)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()?;
+    names.sort();
+    for name in names {
+        let path = shown.join(&name);
+        let Ok(target) = std::fs::canonicalize(real.join(&name)) else {
+            // A dangling symlink: a manifest by its name is read, and fails
+            // with its path; anything else is not ours.
+            if is_manifest(&path) {
+                out.push(Input {
+                    shown: path.clone(),
+                    real: real.join(&name),
+                });
+            }
+            continue;
+        };
+        if target.is_dir() {
+            walk(&path, &target, seen, out)?;
+        } else if is_manifest(&path) && seen.insert(target.clone()) {
+            out.push(Input {
+                shown: path,
+                real: target,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn is_manifest(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
 }
 
 fn read(path: &Path) -> Result<String, String> {
@@ -122,9 +174,9 @@ pub fn run(req: &Request) -> i32 {
     };
     // Everything is read before anything is written.
     let mut texts = Vec::new();
-    for path in &paths {
-        match read(path) {
-            Ok(text) => texts.push((path, text)),
+    for input in &paths {
+        match read(&input.real) {
+            Ok(text) => texts.push((input, text)),
             Err(e) => {
                 crate::say(&e);
                 return 1;
@@ -135,16 +187,16 @@ pub fn run(req: &Request) -> i32 {
     let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let mut write_error = None;
     let several = texts.len() > 1;
-    for (i, (path, text)) in texts.iter().enumerate() {
-        let source = if path.as_os_str() == "-" {
+    for (i, (input, text)) in texts.iter().enumerate() {
+        let source = if input.shown.as_os_str() == "-" {
             "stdin".to_string()
         } else {
-            path.display().to_string()
+            input.shown.display().to_string()
         };
         let entries = if req.in_place {
             let (new, entries) = stream::run_to_string(text, &req.options, &req.taught, None);
             if new != *text
-                && let Err(e) = replace(path, &new)
+                && let Err(e) = replace(&input.real, &new)
             {
                 crate::say(&e);
                 failed = true;

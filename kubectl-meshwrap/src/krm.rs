@@ -4,7 +4,9 @@
 //!
 //! A ResourceList is just a List to the transform, so its items go through
 //! the very path `inject` takes, edited in place; the results are one more
-//! addition to the same document. Options come from the functionConfig's
+//! addition to the same document. An item that cannot be edited stays as it
+//! was, with an error result naming it; the other items are still injected
+//! and every result is written. Options come from the functionConfig's
 //! `data` (a ConfigMap) or `spec`, flags filling what it leaves out.
 
 use std::io::{Read, Write};
@@ -74,11 +76,15 @@ pub fn run(flags: &Options, taught: &[TemplatePath], strict_flag: bool) -> i32 {
         crate::say(&format!("stdin: {e}"));
         return 1;
     }
-    let list = crate::yaml::tree::parse(&text)
-        .0
-        .into_iter()
-        .next()
-        .map(|d| d.root.to_json());
+    // Only the list's kind and functionConfig, not a copy of its items.
+    let mut list = None;
+    let body = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let _ = crate::yaml::tree::parse_each(body, |d| {
+        if list.is_none() {
+            let field = |k: &str| d.root.get(k).map(|n| n.to_json());
+            list = Some(json!({"kind": field("kind"), "functionConfig": field("functionConfig")}));
+        }
+    });
     let Some(list) = list.filter(|l| l.get("kind").and_then(Value::as_str) == Some("ResourceList")) else {
         crate::say("stdin: not a ResourceList (kind: ResourceList, apiVersion: config.kubernetes.io/v1)");
         return 1;

@@ -8,18 +8,34 @@
 //! - the edited text re-parses to exactly the plan applied to its JSON.
 //!
 //! Otherwise it is left byte for byte as it was, and the entry says why.
-//! Documents are handled one at a time, so memory follows the largest
-//! document, not the stream.
+//! Each workload of a document (a List's or ResourceList's item) is a unit
+//! that is edited or refused on its own: one item that cannot be edited
+//! leaves that item as it was and the others injected (the units whose edit
+//! reads back wrong are found by halving the set).
+//!
+//! A UTF-8 byte order mark at the start is read past (kubectl drops it) and
+//! kept in the output, which stays the input plus additions. A document that
+//! is not an object but mentions containers is reported, never passed over.
+//!
+//! Memory: documents are handled one at a time, so it follows the largest
+//! document, not the stream. For one document it holds the tree (scalars
+//! borrowed from the input), the JSON with its planned additions, the text
+//! edits and, while the edit is checked, the edited text: no second tree or
+//! JSON (the check runs on the parser's events). BENCHMARKS.md measures it.
+
+use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::patch::{self, Op, Path};
+use crate::patch::{self, Op, Path, Seg};
 use crate::transform::{self, Options, Outcome, Place};
 use crate::workloads::{self, TemplatePath};
 use crate::yaml::{edit, tree};
 
 /// More additions to each document, planned from its JSON once injected and
-/// from its entries (the KRM function's results).
+/// from its entries (the KRM function's results). A List's items are nulls
+/// in that JSON (each is held as text meanwhile): the additions go outside
+/// them.
 pub type Extra<'a> = &'a dyn Fn(&Value, &[Entry]) -> Vec<Op>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,9 +61,14 @@ pub struct Entry {
     pub namespace: String,
 }
 
+/// A UTF-8 byte order mark, which kubectl drops before it reads a file.
+const BOM: &str = "\u{feff}";
+
 /// Runs every document of `text` through the transform, handing the new
 /// text to `sink` piece by piece (untouched stretches as they are); returns
-/// an entry per pod template.
+/// an entry per pod template. A byte order mark at the start is read past,
+/// as kubectl does, and kept in the output (which stays the input plus
+/// additions).
 pub fn run(
     text: &str,
     opts: &Options,
@@ -55,57 +76,55 @@ pub fn run(
     extra: Option<Extra>,
     sink: &mut dyn FnMut(&str),
 ) -> Vec<Entry> {
+    let body = text.strip_prefix(BOM).unwrap_or(text);
+    sink(&text[..text.len() - body.len()]);
+    let cx = Context {
+        opts,
+        taught,
+        extra,
+        json: false,
+    };
     let mut entries = Vec::new();
     let mut cursor = 0;
-    let mut emit = |edits: Vec<edit::Edit>, cursor: &mut usize| {
+    let mut emit = |edits: Vec<edit::Edit>, shift: usize| {
         for e in edits {
-            sink(&text[*cursor..e.at]);
+            sink(&body[cursor..e.at + shift]);
             sink(&e.insert);
-            *cursor = e.at + e.remove;
+            cursor = e.at + shift + e.remove;
         }
     };
-    if is_json(text) {
+    if is_json(body) {
         // JSON objects one after another (kubectl takes them; YAML does not):
         // each is a document of its own.
-        for (start, end) in json_values(text) {
-            let chunk = &text[start..end];
-            let (docs, _) = tree::parse(chunk);
-            if let Some(doc) = docs.first() {
-                let edits = document(chunk, doc, opts, taught, extra, &mut entries);
-                let shifted = edits
-                    .into_iter()
-                    .map(|e| edit::Edit { at: e.at + start, ..e })
-                    .collect();
-                emit(shifted, &mut cursor);
+        for (start, end) in json_values(body) {
+            let chunk = &body[start..end];
+            let cx = Context { json: true, ..cx };
+            let led = tree::lead(chunk);
+            let error = tree::parse_json_each(&led, |doc| emit(document(chunk, &doc, &cx, &mut entries), start));
+            if let Some(e) = error {
+                entries.push(not_yaml(body, line_of(body, start) + e.line - 1, e.message));
             }
         }
-    } else {
-        let error = tree::parse_each(text, |doc| {
-            let edits = document(text, &doc, opts, taught, extra, &mut entries);
-            emit(edits, &mut cursor);
-        });
-        if let Some(e) = error {
-            entries.push(Entry {
-                verdict: Verdict::Error,
-                what: format!("line {}", e.line),
-                message: format!(
-                    "not YAML from here on ({}): left as it is{}",
-                    e.message,
-                    if text.contains("{{") {
-                        " (a Helm template? render it first, or use inject as a post-renderer)"
-                    } else {
-                        ""
-                    }
-                ),
-                api_version: String::new(),
-                kind: String::new(),
-                name: String::new(),
-                namespace: String::new(),
-            });
-        }
+    } else if let Some(e) = tree::parse_each(body, |doc| emit(document(body, &doc, &cx, &mut entries), 0)) {
+        entries.push(not_yaml(body, e.line, e.message));
     }
-    sink(&text[cursor..]);
+    sink(&body[cursor..]);
     entries
+}
+
+/// The entry for a stream that stops parsing at `line`.
+fn not_yaml(text: &str, line: usize, why: String) -> Entry {
+    let helm = if text.contains("{{") {
+        " (a Helm template? render it first, or use inject as a post-renderer)"
+    } else {
+        ""
+    };
+    entry(
+        Verdict::Error,
+        &Value::Null,
+        format!("line {line}"),
+        format!("not YAML from here on ({why}): left as it is{helm}"),
+    )
 }
 
 /// [`run`] into a string.
@@ -184,115 +203,270 @@ fn regions(place: &Place) -> Vec<Path> {
     }
 }
 
+/// One document being edited: the text it is in, its tree, and whether it
+/// is one JSON value.
+struct Doc<'t, 'a> {
+    text: &'t str,
+    tree: &'t tree::Document<'a>,
+    json: bool,
+}
+
+/// What one document is run with.
+struct Context<'a> {
+    opts: &'a Options,
+    taught: &'a [TemplatePath],
+    extra: Option<Extra<'a>>,
+    /// The document is one JSON value.
+    json: bool,
+}
+
+/// One workload of a document, planned: its entries (each injected one with
+/// its place) and the additions that inject it. A unit is edited, or
+/// refused, as a whole; units never reach into each other (each is its own
+/// object, or the document's only one).
+struct Unit {
+    /// Where its object is in the document.
+    at: Path,
+    entries: Vec<(Entry, Option<Place>)>,
+    /// Its additions, until they are text edits.
+    ops: Vec<Op>,
+    /// It has additions, and they go in (not refused).
+    live: bool,
+    /// It had additions, and was refused: the document's JSON must lose them.
+    refused: bool,
+    /// Its object as planned, as JSON text, while the document's JSON holds
+    /// a null in its place (a List's items: a few times smaller as text
+    /// than as values; the check reads it back when it gets there).
+    compact: Option<String>,
+}
+
+impl Unit {
+    /// Refused: nothing of it is edited, and its injected entries say why.
+    fn refuse(&mut self, verdict: Verdict, why: &str) {
+        self.refused |= self.live;
+        self.live = false;
+        self.ops = Vec::new();
+        for (e, place) in &mut self.entries {
+            if place.take().is_some() {
+                e.verdict = verdict;
+                e.message = why.to_string();
+            }
+        }
+    }
+}
+
+const TANGLED: &str =
+    "YAML anchors, aliases, tags, merge keys or template syntax where meshwrap would edit: left byte for byte as it is";
+const UNEDITABLE: &str = "could not edit this layout without changing what it reads as: left as it is (write the pod template in block style; please report the layout)";
+const FLOW_COMMENT: &str = "a comment inside a flow collection ([...] or {...}) where meshwrap would add: left as it is (move the comment out of the brackets, or write the collection in block style)";
+
+/// Why `unit` could not be edited, with what to change when it is known.
+fn why_uneditable(d: &Doc, unit: &Unit) -> &'static str {
+    let flow_comment = unit
+        .entries
+        .iter()
+        .filter_map(|(_, p)| p.as_ref())
+        .flat_map(regions)
+        .filter_map(|path| d.tree.root.at(&path))
+        .any(|node| flow_comment(d.text, node));
+    if flow_comment { FLOW_COMMENT } else { UNEDITABLE }
+}
+
+/// Whether a flow collection at or under `node` holds a comment.
+fn flow_comment(text: &str, node: &tree::Node) -> bool {
+    match &node.kind {
+        _ if node.flow => has_comment(&text[node.start..node.end.clamp(node.start, text.len())]),
+        tree::Kind::Seq(items) => items.iter().any(|n| flow_comment(text, n)),
+        tree::Kind::Map(entries) => entries.iter().any(|(_, v)| flow_comment(text, v)),
+        _ => false,
+    }
+}
+
+/// Whether flow-style `text` holds a `#` comment (outside quotes).
+fn has_comment(text: &str) -> bool {
+    let (mut quote, mut prev) = (None, b' ');
+    for &b in text.as_bytes() {
+        match (quote, b) {
+            (None, b'"' | b'\'') => quote = Some(b),
+            (None, b'#') if prev.is_ascii_whitespace() => return true,
+            (Some(q), _) if b == q && !(q == b'"' && prev == b'\\') => quote = None,
+            _ => {}
+        }
+        prev = b;
+    }
+    false
+}
+
 /// The edits (at positions in `text`) that inject one document, `doc`,
-/// parsed from `text`: none when nothing is injected.
-fn document(
-    text: &str,
-    doc: &tree::Document,
-    opts: &Options,
-    taught: &[TemplatePath],
-    extra: Option<Extra>,
-    entries: &mut Vec<Entry>,
-) -> Vec<edit::Edit> {
-    if !matches!(doc.root.kind, tree::Kind::Map(_)) {
+/// parsed from `text`: none when nothing is injected. Its entries go to
+/// `entries`, one per pod template.
+fn document(text: &str, doc: &tree::Document, cx: &Context, entries: &mut Vec<Entry>) -> Vec<edit::Edit> {
+    let Some(mut working) = object(text, doc, entries) else {
+        return Vec::new();
+    };
+    let found = workloads::find(&working, cx.taught);
+    if found.is_empty() && cx.extra.is_none() {
         return Vec::new();
     }
-    let original = doc.root.to_json();
-    let found = workloads::find(&original, taught);
-    if found.is_empty() && extra.is_none() {
-        return Vec::new();
+    let mut units: Vec<Unit> = found
+        .into_iter()
+        .map(|w| {
+            let mut unit = plan_unit(&mut working, w, cx.opts);
+            compact(&mut working, &mut unit);
+            unit
+        })
+        .collect();
+    for unit in units.iter_mut().filter(|u| u.live) {
+        if let Some(why) = duplicate_key(text, doc.root.at(&unit.at)) {
+            unit.refuse(Verdict::Error, &why);
+        } else if tangled(text, doc, unit) {
+            unit.refuse(Verdict::Skipped, TANGLED);
+        }
     }
-    let mut working = original.clone();
-    let mut ops: Vec<Op> = Vec::new();
-    let mut mine = Vec::new();
-    for workload in found {
-        let object = patch::get(&original, &workload.at).unwrap_or(&original);
-        let what = |label: &str| {
-            format!(
-                "{}/{}{}",
-                workload.kind,
-                workload.name,
-                if label.is_empty() {
-                    String::new()
-                } else {
-                    format!(" {label}")
-                }
-            )
+    restore(&mut working, doc, &mut units);
+    let editor = edit::Editor::new(text, &doc.root);
+    let d = Doc {
+        text,
+        tree: doc,
+        json: cx.json,
+    };
+    let edits = edit_units(&d, &editor, &mut units, &mut working);
+    finish(&d, &editor, cx, units, working, edits, entries)
+}
+
+/// The document's root as JSON, when it is an object. Anything else holding
+/// containers is reported, never passed over in silence.
+fn object(text: &str, doc: &tree::Document, entries: &mut Vec<Entry>) -> Option<Value> {
+    if matches!(doc.root.kind, tree::Kind::Map(_)) {
+        return Some(doc.root.to_json());
+    }
+    let what = match doc.root.kind {
+        tree::Kind::Seq(_) => "a YAML sequence",
+        _ => "a scalar",
+    };
+    let body = &text[doc.root.start.min(text.len())..doc.root.end.clamp(doc.root.start, text.len())];
+    if body.contains("containers") {
+        entries.push(entry(
+            Verdict::Skipped,
+            &Value::Null,
+            format!("line {}", line_of(text, doc.root.start)),
+            format!("{what} where an object was expected mentions containers: kubectl reads no object from it either; left as it is (make the document a mapping with apiVersion and kind)"),
+        ));
+    }
+    None
+}
+
+/// 1-based line of byte `at`.
+fn line_of(text: &str, at: usize) -> usize {
+    text.as_bytes()[..at.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// Plans every pod template of `workload` on `working` (which gets the
+/// additions).
+fn plan_unit(working: &mut Value, workload: workloads::Workload, opts: &Options) -> Unit {
+    let object = patch::get(working, &workload.at).unwrap_or(working);
+    let about = entry(Verdict::Skipped, object, String::new(), String::new());
+    let what = |label: &str| {
+        let label = if label.is_empty() {
+            String::new()
+        } else {
+            format!(" {label}")
         };
-        let places = match workload.places {
-            Ok(places) => places,
-            Err(why) => {
-                mine.push((entry(Verdict::Skipped, object, what(""), why), None));
-                continue;
+        format!("{}/{}{label}", workload.kind, workload.name)
+    };
+    let say = |verdict, what, message| Entry {
+        verdict,
+        what,
+        message,
+        ..about.clone()
+    };
+    let mut unit = Unit {
+        at: workload.at.clone(),
+        entries: Vec::new(),
+        ops: Vec::new(),
+        live: false,
+        refused: false,
+        compact: None,
+    };
+    let places = match workload.places {
+        Ok(places) => places,
+        Err(why) => {
+            unit.entries.push((say(Verdict::Skipped, what(""), why), None));
+            return unit;
+        }
+    };
+    if places.is_empty() {
+        let e = say(Verdict::Skipped, what(""), "no pod template found".into());
+        unit.entries.push((e, None));
+    }
+    for place in places {
+        let label = what(&place.label);
+        let (verdict, message, injected) = match transform::plan(working, &place, opts) {
+            Outcome::Injected {
+                container,
+                policy,
+                guard,
+                ops,
+                notes,
+            } => {
+                for op in &ops {
+                    patch::apply(working, op);
+                }
+                unit.ops.extend(ops);
+                unit.live = true;
+                let guard = if guard { "guard" } else { "no guard" };
+                let mut message = format!("container {container}, --quit-policy {policy}, {guard}");
+                for note in notes {
+                    message.push_str("; ");
+                    message.push_str(&note);
+                }
+                (Verdict::Injected, message, true)
             }
+            Outcome::Native { meshes, ops } => {
+                for op in &ops {
+                    patch::apply(working, op);
+                }
+                unit.ops.extend(ops);
+                unit.live = true;
+                (
+                    Verdict::Injected,
+                    format!("native: annotated, not wrapped ({meshes})"),
+                    true,
+                )
+            }
+            Outcome::Unchanged(why) => (Verdict::Unchanged, why, false),
+            Outcome::Skipped(skip) => (Verdict::Skipped, skip.why, false),
         };
-        if places.is_empty() {
-            mine.push((
-                entry(Verdict::Skipped, object, what(""), "no pod template found".into()),
-                None,
-            ));
-        }
-        for place in places {
-            match transform::plan(&working, &place, opts) {
-                Outcome::Injected {
-                    container,
-                    policy,
-                    guard,
-                    ops: planned,
-                    notes,
-                } => {
-                    for op in &planned {
-                        patch::apply(&mut working, op);
-                    }
-                    ops.extend(planned);
-                    let guard = if guard { "guard" } else { "no guard" };
-                    let mut message = format!("container {container}, --quit-policy {policy}, {guard}");
-                    for note in notes {
-                        message.push_str("; ");
-                        message.push_str(&note);
-                    }
-                    mine.push((
-                        entry(Verdict::Injected, object, what(&place.label), message),
-                        Some(place),
-                    ));
-                }
-                Outcome::Native { meshes, ops: planned } => {
-                    for op in &planned {
-                        patch::apply(&mut working, op);
-                    }
-                    ops.extend(planned);
-                    let message = format!("native: annotated, not wrapped ({meshes})");
-                    mine.push((
-                        entry(Verdict::Injected, object, what(&place.label), message),
-                        Some(place),
-                    ));
-                }
-                Outcome::Unchanged(why) => {
-                    mine.push((entry(Verdict::Unchanged, object, what(&place.label), why), None))
-                }
-                Outcome::Skipped(skip) => {
-                    mine.push((entry(Verdict::Skipped, object, what(&place.label), skip.why), None))
-                }
-            }
-        }
+        unit.entries
+            .push((say(verdict, label, message), injected.then_some(place)));
     }
-    if let Some(extra) = extra {
-        let so_far: Vec<Entry> = mine.iter().map(|(e, _)| e.clone()).collect();
-        let more = extra(&working, &so_far);
-        for op in &more {
-            patch::apply(&mut working, op);
-        }
-        ops.extend(more);
-    }
-    let finish =
-        |mine: Vec<(Entry, Option<Place>)>, entries: &mut Vec<Entry>| entries.extend(mine.into_iter().map(|(e, _)| e));
-    if ops.is_empty() {
-        finish(mine, entries);
-        return Vec::new();
-    }
-    // Anchors, tags, merge keys or template syntax where the edits go: the
-    // document stays as it is.
-    let tangled = mine
+    unit
+}
+
+/// A duplicate key anywhere in a workload's object, said as the reason to
+/// refuse it: kubectl's strict decoding (its default validation) rejects a
+/// duplicate field, and a lenient reader keeps only the last, so neither
+/// copy is safely "the" one to edit.
+fn duplicate_key(text: &str, object: Option<&tree::Node>) -> Option<String> {
+    let dup = object?.duplicate_key()?;
+    let name = match &dup.kind {
+        tree::Kind::Scalar { text, .. } => text.clone(),
+        _ => "(a complex key)".into(),
+    };
+    Some(format!(
+        "duplicate key {name:?} at line {}: kubectl's strict validation refuses it and a lenient reader keeps only the last; remove one of them (left as it is)",
+        line_of(text, dup.start)
+    ))
+}
+
+/// Whether a place `unit` injects holds anchors, aliases, tags, merge keys
+/// or template syntax, where an edit could mean something else.
+fn tangled(text: &str, doc: &tree::Document, unit: &Unit) -> bool {
+    unit.entries
         .iter()
         .filter_map(|(_, p)| p.as_ref())
         .flat_map(regions)
@@ -300,61 +474,245 @@ fn document(
             doc.root
                 .at(&path)
                 .is_some_and(|n| n.decorated || text[n.start..n.end.max(n.start).min(text.len())].contains("{{"))
-        });
-    let refuse = |mine: Vec<(Entry, Option<Place>)>, entries: &mut Vec<Entry>, why: &str| {
-        for (mut e, place) in mine {
-            if place.is_some() {
-                e.verdict = if why.starts_with("could not") {
-                    Verdict::Error
-                } else {
-                    Verdict::Skipped
-                };
-                e.message = why.to_string();
-            }
-            entries.push(e);
-        }
+        })
+}
+
+/// Takes the additions of refused units back out of `working`: their
+/// objects as the document has them (units are disjoint objects).
+fn restore(working: &mut Value, doc: &tree::Document, units: &mut [Unit]) {
+    for unit in units.iter_mut().filter(|u| u.refused) {
+        without_additions(working, doc, &unit.at);
+        unit.compact = None;
+    }
+}
+
+/// Puts a planned List item's object into `unit.compact`, a null in its
+/// place. Not the document's own object, and not one holding a float (whose
+/// text might not read back bit for bit).
+fn compact(working: &mut Value, unit: &mut Unit) {
+    if unit.at.is_empty() {
+        return;
+    }
+    let Some(object) = value_at(working, &unit.at) else {
+        return;
     };
-    if tangled {
-        refuse(
-            mine,
-            entries,
-            "YAML anchors, aliases, tags, merge keys or template syntax where meshwrap would edit: left byte for byte as it is",
-        );
+    if has_float(object) {
+        return;
+    }
+    unit.compact = serde_json::to_string(object).ok();
+    if unit.compact.is_some() {
+        *object = Value::Null;
+    }
+}
+
+fn value_at<'v>(value: &'v mut Value, at: &[Seg]) -> Option<&'v mut Value> {
+    at.iter().try_fold(value, |v, seg| match seg {
+        Seg::Key(k) => v.get_mut(k.as_str()),
+        Seg::Index(i) => v.get_mut(*i),
+    })
+}
+
+fn has_float(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => n.is_f64(),
+        Value::Array(items) => items.iter().any(has_float),
+        Value::Object(map) => map.values().any(has_float),
+        _ => false,
+    }
+}
+
+/// The units' compact objects by the address of the null standing in for
+/// each in `value` (whose units `keep` says stand in).
+fn stand_ins<'u>(value: &Value, units: &'u [Unit], keep: impl Fn(usize) -> bool) -> HashMap<usize, &'u str> {
+    let mut out = HashMap::new();
+    for (i, unit) in units.iter().enumerate() {
+        if let Some(text) = unit.compact.as_deref().filter(|_| keep(i))
+            && let Some(hole) = patch::get(value, &unit.at)
+        {
+            out.insert(hole as *const Value as usize, text);
+        }
+    }
+    out
+}
+
+/// The object at `at` in `working` as the document's text has it.
+fn without_additions(working: &mut Value, doc: &tree::Document, at: &[Seg]) {
+    let Some(node) = doc.root.at(at) else { return };
+    if let Some(target) = value_at(working, at) {
+        *target = node.to_json();
+    }
+}
+
+/// The edits of one unit, on their own.
+fn unit_edits(editor: &edit::Editor, unit: &Unit) -> Option<Vec<edit::Edit>> {
+    editor.edits(&patch::fold(&unit.ops)).ok()
+}
+
+/// Edits every unit that can be edited; refuses the rest (found by halving
+/// the set, so k refusals among n units cost O(k log n) checks of the
+/// document, not n). `working` ends as the document with the edited units'
+/// additions.
+fn edit_units(d: &Doc, editor: &edit::Editor, units: &mut [Unit], working: &mut Value) -> Vec<edit::Edit> {
+    // Each unit's additions become text, and are dropped: the text is a
+    // fraction of their size as JSON values.
+    let mut per_unit: Vec<Option<Vec<edit::Edit>>> = Vec::with_capacity(units.len());
+    for unit in units.iter_mut() {
+        let edits = if unit.live { unit_edits(editor, unit) } else { None };
+        unit.ops = Vec::new();
+        if edits.is_none() && unit.live {
+            let why = why_uneditable(d, unit);
+            unit.refuse(Verdict::Error, why);
+        }
+        per_unit.push(edits);
+    }
+    restore(working, d.tree, units);
+    let all: Vec<usize> = (0..units.len()).filter(|&i| units[i].live).collect();
+    if all.is_empty() {
         return Vec::new();
     }
-    let folded = patch::fold(&ops);
-    // The edited document, on its own, must read as the plan says.
-    let verified = edit::edits(text, &doc.root, &folded).ok().filter(|edits| {
-        let end = edits
-            .iter()
-            .map(|e| e.at + e.remove)
-            .chain([doc.end, doc.root.end])
-            .max()
-            .unwrap_or(doc.end);
-        let local: Vec<edit::Edit> = edits
-            .iter()
-            .map(|e| edit::Edit {
-                at: e.at - doc.start,
-                remove: e.remove,
-                insert: e.insert.clone(),
-            })
-            .collect();
-        let new = edit::apply(&text[doc.start..end.min(text.len())], &local);
-        let (again, error) = tree::parse(&new);
-        error.is_none() && again.len() == 1 && again[0].root.to_json() == working
-    });
-    match verified {
-        Some(edits) => {
-            finish(mine, entries);
-            edits
-        }
-        None => {
-            refuse(
-                mine,
-                entries,
-                "could not edit this document's layout without changing it: left as it is (please report it)",
-            );
-            Vec::new()
+    let mut edits = merged(&all, &per_unit);
+    if reads_as_planned(d, &edits, working, &stand_ins(working, units, |_| true)) {
+        return edits;
+    }
+    // Some unit's edit reads back wrong: keep the units that check out.
+    let (mut good, mut bad) = (Vec::new(), Vec::new());
+    if all.len() == 1 {
+        bad.push(all[0]);
+    } else {
+        let (left, right) = all.split_at(all.len() / 2);
+        bisect(d, working, units, &per_unit, left, &mut good, &mut bad);
+        bisect(d, working, units, &per_unit, right, &mut good, &mut bad);
+    }
+    for &i in &bad {
+        let why = why_uneditable(d, &units[i]);
+        units[i].refuse(Verdict::Error, why);
+        per_unit[i] = None;
+    }
+    restore(working, d.tree, units);
+    edits = merged(&good, &per_unit);
+    if good.is_empty() || reads_as_planned(d, &edits, working, &stand_ins(working, units, |_| true)) {
+        return edits;
+    }
+    for unit in units.iter_mut() {
+        let why = why_uneditable(d, unit);
+        unit.refuse(Verdict::Error, why);
+    }
+    restore(working, d.tree, units);
+    Vec::new()
+}
+
+/// The edits of the units in `set`, in the order of the text (at one place,
+/// a unit's own order, and units in order).
+fn merged(set: &[usize], per_unit: &[Option<Vec<edit::Edit>>]) -> Vec<edit::Edit> {
+    let mut edits: Vec<edit::Edit> = set
+        .iter()
+        .flat_map(|&i| per_unit[i].iter().flatten().cloned())
+        .collect();
+    edits.sort_by_key(|e| e.at);
+    edits
+}
+
+/// Splits `set` into the units whose edits, together, read back as planned
+/// and those that do not.
+fn bisect(
+    d: &Doc,
+    working: &Value,
+    units: &[Unit],
+    per_unit: &[Option<Vec<edit::Edit>>],
+    set: &[usize],
+    good: &mut Vec<usize>,
+    bad: &mut Vec<usize>,
+) {
+    let mut in_set = vec![false; units.len()];
+    set.iter().for_each(|&i| in_set[i] = true);
+    let mut expected = working.clone();
+    for (i, unit) in units.iter().enumerate() {
+        if unit.live && !in_set[i] {
+            without_additions(&mut expected, d.tree, &unit.at);
         }
     }
+    let holes = stand_ins(&expected, units, |i| in_set[i] || !units[i].live);
+    if reads_as_planned(d, &merged(set, per_unit), &expected, &holes) {
+        good.extend_from_slice(set);
+        return;
+    }
+    drop(expected);
+    if set.len() == 1 {
+        bad.push(set[0]);
+        return;
+    }
+    let (left, right) = set.split_at(set.len() / 2);
+    bisect(d, working, units, per_unit, left, good, bad);
+    bisect(d, working, units, per_unit, right, good, bad);
+}
+
+/// Whether the document, edited by `edits` and read on its own, is exactly
+/// `expected`.
+fn reads_as_planned(d: &Doc, edits: &[edit::Edit], expected: &Value, holes: &HashMap<usize, &str>) -> bool {
+    let (text, doc) = (d.text, d.tree);
+    let end = edits
+        .iter()
+        .map(|e| e.at + e.remove)
+        .chain([doc.end, doc.root.end])
+        .max()
+        .unwrap_or(doc.end)
+        .min(text.len());
+    let local: Vec<edit::Edit> = edits
+        .iter()
+        .map(|e| edit::Edit {
+            at: e.at - doc.start,
+            remove: e.remove,
+            insert: e.insert.clone(),
+        })
+        .collect();
+    let new = edit::apply(&text[doc.start..end], &local);
+    let stand_in = |v: &Value| {
+        let text = holes.get(&(v as *const Value as usize))?;
+        Some(serde_json::from_str(text).unwrap_or(Value::Null))
+    };
+    tree::reads_as(&new, expected, d.json, &stand_in)
+}
+
+/// The extra additions (the KRM results), planned from the final entries,
+/// then the entries out: the document's edits.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    d: &Doc,
+    editor: &edit::Editor,
+    cx: &Context,
+    units: Vec<Unit>,
+    mut working: Value,
+    mut edits: Vec<edit::Edit>,
+    entries: &mut Vec<Entry>,
+) -> Vec<edit::Edit> {
+    let mine: Vec<Entry> = units.iter().flat_map(|u| &u.entries).map(|(e, _)| e.clone()).collect();
+    if let Some(extra) = cx.extra {
+        let more = extra(&working, &mine);
+        if !more.is_empty() {
+            for op in &more {
+                patch::apply(&mut working, op);
+            }
+            let added = editor.edits(&patch::fold(&more)).ok().and_then(|extra_edits| {
+                let mut all = edits.clone();
+                all.extend(extra_edits);
+                all.sort_by_key(|e| e.at);
+                reads_as_planned(d, &all, &working, &stand_ins(&working, &units, |_| true)).then_some(all)
+            });
+            match added {
+                Some(all) => edits = all,
+                None => {
+                    entries.extend(mine);
+                    entries.push(entry(
+                        Verdict::Error,
+                        &working,
+                        format!("line {}", line_of(d.text, d.tree.start)),
+                        "could not add the results to this document (please report it)".into(),
+                    ));
+                    return edits;
+                }
+            }
+        }
+    }
+    entries.extend(mine);
+    edits
 }

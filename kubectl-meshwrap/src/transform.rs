@@ -452,9 +452,6 @@ impl<'a> Pod<'a> {
     fn annotation(&self, name: &str) -> Option<&'a str> {
         text(self.meta.and_then(|m| m.get("annotations")).and_then(|a| a.get(name)))
     }
-    fn label(&self, name: &str) -> Option<&'a str> {
-        text(self.meta.and_then(|m| m.get("labels")).and_then(|a| a.get(name)))
-    }
     /// What holds the pod-level fields: the pod spec, or Argo's workflow spec.
     fn pod_level(&self) -> &'a Value {
         get(self.doc, &self.place.volumes).unwrap_or(self.spec)
@@ -517,7 +514,13 @@ fn refusal(pod: &Pod) -> Result<(), Outcome> {
     if pod.annotation(STATUS).is_some() {
         return Err(Outcome::Unchanged(format!("already injected ({STATUS})")));
     }
-    if pod.annotation(INJECT) == Some("false") || pod.label(INJECT) == Some("false") {
+    // A plain `false` in YAML reads as a boolean (kubectl's YAML 1.1 too):
+    // the user's intent is the same.
+    let opted_out = |field: &str| {
+        let value = pod.meta.and_then(|m| m.get(field)).and_then(|m| m.get(INJECT));
+        matches!(value, Some(Value::Bool(false))) || value.and_then(Value::as_str) == Some("false")
+    };
+    if opted_out("annotations") || opted_out("labels") {
         return Err(skip("opted-out", format!("opted out: {INJECT} is \"false\"")));
     }
     let host_network = |s: &Value| s.get("hostNetwork") == Some(&Value::Bool(true));

@@ -328,3 +328,178 @@ fn the_kustomize_example_config_works_as_the_functions_config() {
     );
     assert_eq!(out["results"][0]["severity"], "info");
 }
+
+/// A ResourceList whose second Job cannot be edited (a comment inside the
+/// flow list where the sidecar would go) and whose third can.
+const LIST_WITH_A_REFUSED_ITEM: &str = r#"apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+functionConfig:
+  apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: cfg}
+  data: {image: registry.example.com/meshwrap:0.1.0}
+items:
+- apiVersion: batch/v1
+  kind: Job
+  metadata: {name: good}
+  spec:
+    template:
+      spec:
+        restartPolicy: Never
+        containers:
+        - {name: c, image: busybox, command: [sh]}
+- apiVersion: batch/v1
+  kind: Job
+  metadata: {name: odd}
+  spec:
+    template:
+      spec:
+        restartPolicy: Never
+        containers: [{name: c, image: busybox, command: [sh]}  # the app
+        ]
+- apiVersion: batch/v1
+  kind: Job
+  metadata: {name: also-good}
+  spec:
+    template:
+      spec:
+        restartPolicy: Never
+        containers:
+        - # a comment right after the dash
+          name: c
+          image: busybox
+          command: [sh]
+"#;
+
+#[test]
+fn a_krm_item_that_cannot_be_edited_is_left_with_an_error_result_and_the_others_are_injected() {
+    let run = kubectl_meshwrap(&["fn"], LIST_WITH_A_REFUSED_ITEM);
+    assert_eq!(run.code, 1, "an error result fails the function: {}", run.stderr);
+    let out = parse_yaml(&run.stdout);
+    let items = out["items"].as_array().unwrap();
+    for i in [0, 2] {
+        let spec = &items[i]["spec"]["template"]["spec"];
+        assert_eq!(
+            spec["containers"][0]["command"][0], "/mesh/meshwrap",
+            "item {i}: {}",
+            run.stdout
+        );
+    }
+    // The refused item is byte for byte as it was.
+    let odd = "    template:\n      spec:\n        restartPolicy: Never\n        containers: [{name: c, image: busybox, command: [sh]}  # the app\n        ]\n";
+    assert!(run.stdout.contains(odd), "{}", run.stdout);
+    let results = out["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert_eq!(results[1]["severity"], "error");
+    assert_eq!(results[1]["resourceRef"]["name"], "odd");
+    assert!(
+        results[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("a comment inside a flow collection"),
+        "{results:?}"
+    );
+    assert_eq!(results[0]["severity"], "info");
+    assert_eq!(results[2]["severity"], "info");
+}
+
+#[test]
+fn a_byte_order_mark_is_read_past_and_kept_in_yaml_and_json() {
+    let job = golden("job.in.yaml");
+    let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "--strict"], &format!("\u{feff}{job}"));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout, format!("\u{feff}{}", golden("job.out.yaml")));
+    let json = golden("json-job.in.json");
+    let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "--strict"], &format!("\u{feff}{json}"));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout, format!("\u{feff}{}", golden("json-job.out.json")));
+    assert!(run.stderr.contains(": injected:"), "{}", run.stderr);
+}
+
+#[test]
+fn a_document_that_is_not_an_object_but_holds_containers_is_reported_and_strict_fails() {
+    let text =
+        "- apiVersion: batch/v1\n  kind: Job\n  spec: {template: {spec: {containers: [{name: c, command: [x]}]}}}\n";
+    let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "--strict"], text);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(run.stdout, text);
+    assert!(
+        run.stderr
+            .contains("skipped: a YAML sequence where an object was expected"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn in_place_through_a_symlink_injects_the_target_and_keeps_the_link() {
+    let dir = temp_dir("symlink");
+    std::fs::create_dir_all(dir.join("real")).unwrap();
+    std::fs::write(dir.join("real/job.yaml"), golden("job.in.yaml")).unwrap();
+    std::os::unix::fs::symlink("real/job.yaml", dir.join("link.yaml")).unwrap();
+    let run = run_in(
+        Some(&dir),
+        &["inject", "--image", IMAGE, "-i", "-f", "link.yaml"],
+        "",
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        std::fs::symlink_metadata(dir.join("link.yaml"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("real/job.yaml")).unwrap(),
+        golden("job.out.yaml")
+    );
+    assert!(run.stderr.contains("link.yaml: Job/fetch-and-train"), "{}", run.stderr);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_folder_walk_visits_each_file_once_through_symlink_loops_and_second_names() {
+    let dir = temp_dir("symlink-loop");
+    std::fs::create_dir_all(dir.join("jobs/sub")).unwrap();
+    std::fs::write(dir.join("jobs/sub/job.yaml"), golden("job.in.yaml")).unwrap();
+    // A loop back up the tree, and a second name for the file.
+    std::os::unix::fs::symlink("..", dir.join("jobs/sub/up")).unwrap();
+    std::os::unix::fs::symlink("sub/job.yaml", dir.join("jobs/again.yaml")).unwrap();
+    let run = run_in(Some(&dir), &["inject", "--image", IMAGE, "-f", "jobs"], "", &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout, golden("job.out.yaml"), "{}", run.stderr);
+    assert_eq!(run.stderr.matches(": injected:").count(), 1, "{}", run.stderr);
+    let run = run_in(Some(&dir), &["inject", "--image", IMAGE, "-i", "-f", "jobs"], "", &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        std::fs::symlink_metadata(dir.join("jobs/again.yaml"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("jobs/sub/job.yaml")).unwrap(),
+        golden("job.out.yaml")
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_symlink_to_nothing_is_refused_with_its_name() {
+    let dir = temp_dir("symlink-dangling");
+    std::os::unix::fs::symlink("gone.yaml", dir.join("link.yaml")).unwrap();
+    let run = run_in(
+        Some(&dir),
+        &["inject", "--image", IMAGE, "-i", "-f", "link.yaml"],
+        "",
+        &[],
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("-f link.yaml: a symlink to nothing readable"),
+        "{}",
+        run.stderr
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -26,7 +26,7 @@ use super::tree::{Kind, Node};
 use crate::patch::{Op, Seg};
 
 /// Replace `remove` bytes at `at` with `insert`.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Edit {
     pub at: usize,
     pub remove: usize,
@@ -36,31 +36,54 @@ pub struct Edit {
 /// The text edits that carry out `ops` (already folded: no op targets what
 /// another adds) on the document `root` within `text`.
 pub fn edits(text: &str, root: &Node, ops: &[Op]) -> Result<Vec<Edit>, String> {
-    // The document's own line ending and style, not the stream's.
-    let own = &text[root.start.min(text.len())..root.end.clamp(root.start, text.len())];
-    let nl = if own.contains("\r\n") { "\r\n" } else { "\n" };
-    // JSON stays JSON; a YAML flow collection gets YAML's flow style.
-    let flow: fn(&Value) -> String = if text.trim_start().starts_with('{') {
-        json
-    } else {
-        flow_yaml
-    };
-    let mut out = Vec::new();
-    for op in ops {
-        let (edit, depth) = match op {
-            Op::Insert { path, index, values } => (
-                insert(text, nl, flow, find(root, path)?, *index, values)?,
-                path.len() + 1,
-            ),
-            Op::Add { path, key, value } => (add(text, nl, flow, find(root, path)?, key, value)?, path.len()),
+    Editor::new(text, root).edits(ops)
+}
+
+/// One document's layout, read once (its line ending and whether it is
+/// JSON), for any number of plans: each plan then costs what its edits
+/// touch, not the document's length.
+pub struct Editor<'a> {
+    text: &'a str,
+    root: &'a Node<'a>,
+    nl: &'static str,
+    flow: fn(&Value) -> String,
+}
+
+impl<'a> Editor<'a> {
+    pub fn new(text: &'a str, root: &'a Node<'a>) -> Self {
+        // The document's own line ending and style, not the stream's.
+        let own = &text[root.start.min(text.len())..root.end.clamp(root.start, text.len())];
+        let nl = if own.contains("\r\n") { "\r\n" } else { "\n" };
+        // JSON stays JSON; a YAML flow collection gets YAML's flow style.
+        let flow: fn(&Value) -> String = if text.trim_start().starts_with('{') {
+            json
+        } else {
+            flow_yaml
         };
-        out.push((edit, depth));
+        Editor { text, root, nl, flow }
     }
-    // At one place, what goes into an inner collection (items appended to a
-    // mapping's last list) comes before what goes after it in the outer one
-    // (a key added to that mapping); otherwise the plan's order is kept.
-    out.sort_by_key(|(e, depth)| (e.at, std::cmp::Reverse(*depth)));
-    Ok(out.into_iter().map(|(e, _)| e).collect())
+
+    /// The text edits that carry out `ops` (already folded), in the order
+    /// of the text.
+    pub fn edits(&self, ops: &[Op]) -> Result<Vec<Edit>, String> {
+        let (text, root, nl, flow) = (self.text, self.root, self.nl, self.flow);
+        let mut out = Vec::new();
+        for op in ops {
+            let (edit, depth) = match op {
+                Op::Insert { path, index, values } => (
+                    insert(text, nl, flow, find(root, path)?, *index, values)?,
+                    path.len() + 1,
+                ),
+                Op::Add { path, key, value } => (add(text, nl, flow, find(root, path)?, key, value)?, path.len()),
+            };
+            out.push((edit, depth));
+        }
+        // At one place, what goes into an inner collection (items appended to a
+        // mapping's last list) comes before what goes after it in the outer one
+        // (a key added to that mapping); otherwise the plan's order is kept.
+        out.sort_by_key(|(e, depth)| (e.at, std::cmp::Reverse(*depth)));
+        Ok(out.into_iter().map(|(e, _)| e).collect())
+    }
 }
 
 /// `text` with `edits` (sorted by position) applied.
@@ -76,7 +99,7 @@ pub fn apply(text: &str, edits: &[Edit]) -> String {
     out
 }
 
-fn find<'a>(root: &'a Node, path: &[Seg]) -> Result<&'a Node, String> {
+fn find<'a, 't>(root: &'a Node<'t>, path: &[Seg]) -> Result<&'a Node<'t>, String> {
     root.at(path)
         .ok_or_else(|| format!("nothing at {}", crate::patch::pointer(path)))
 }
@@ -290,37 +313,55 @@ fn node_end(text: &str, node: &Node) -> usize {
 
 /// The `-` that introduces the block sequence item starting at `at` (for a
 /// block scalar, `at` is its first line of content, after its `|` header).
+/// Between the dash and the item there may be a block scalar's header, a
+/// comment (`- # the app`), and blank or comment-only lines.
 fn dash_before(text: &str, at: usize) -> usize {
-    let mut before = text[..at].trim_end();
-    // A block scalar's header (`- |`) sits on the dash's line: look no
-    // further back than that line (a search of the whole stream before it
-    // made each call cost the stream's length).
-    let line = line_start(before, before.len());
-    if let Some(header) = before[line..].rfind(['|', '>']).map(|h| line + h)
-        && before[header + 1..]
-            .chars()
-            .all(|c| c == '+' || c == '-' || c.is_ascii_digit())
-    {
-        before = before[..header].trim_end();
+    let mut end = at;
+    // Each step goes back one line, over lines with nothing but a comment.
+    loop {
+        let line = line_start(text, end);
+        let mut before = without_comment(&text[line..end]).trim_end();
+        if let Some(header) = before.rfind(['|', '>'])
+            && before[header + 1..]
+                .chars()
+                .all(|c| c == '+' || c == '-' || c.is_ascii_digit())
+        {
+            before = before[..header].trim_end();
+        }
+        if let Some(rest) = before.strip_suffix('-')
+            && (rest.is_empty() || rest.ends_with([' ', '\t']))
+        {
+            return line + rest.len();
+        }
+        if !before.trim().is_empty() || line == 0 {
+            return at;
+        }
+        end = line - 1;
     }
-    match before.strip_suffix('-') {
-        Some(rest) => rest.len(),
-        None => at,
-    }
+}
+
+/// A line's text before its comment: a `#` at its start or after a blank
+/// (the line being the stretch before an item, with no quotes in it).
+fn without_comment(line: &str) -> &str {
+    let bytes = line.as_bytes();
+    let hash = (0..bytes.len()).find(|&i| bytes[i] == b'#' && (i == 0 || matches!(bytes[i - 1], b' ' | b'\t')));
+    hash.map_or(line, |i| &line[..i])
 }
 
 fn line_start(text: &str, at: usize) -> usize {
     text[..at].rfind('\n').map_or(0, |i| i + 1)
 }
 
-/// Whether only whitespace precedes `at` on its line.
+/// Whether only whitespace precedes `at` on its line (looking back no
+/// further than that whitespace: a minified document is one long line).
 fn starts_line(text: &str, at: usize) -> bool {
-    text[line_start(text, at)..at].trim().is_empty()
+    let before = text[..at].trim_end_matches([' ', '\t']);
+    before.is_empty() || before.ends_with('\n')
 }
 
 /// The last scalar of a node, depth first: where insertion must stop
 /// walking back.
-fn last_scalar(node: &Node) -> &Node {
+fn last_scalar<'a, 't>(node: &'a Node<'t>) -> &'a Node<'t> {
     match &node.kind {
         Kind::Seq(items) => items.last().map_or(node, last_scalar),
         Kind::Map(entries) => entries.last().map_or(node, |(_, v)| last_scalar(v)),
@@ -371,7 +412,34 @@ fn block_end(text: &str, node: &Node) -> usize {
             break;
         }
     }
-    if at <= floor { next_line(text, floor) } else { at }
+    let at = if at <= floor { next_line(text, floor) } else { at };
+    if keeps_blank_lines(last) {
+        past_blank_lines(text, at, next)
+    } else {
+        at
+    }
+}
+
+/// A `|+` or `>+` scalar ending in blank lines: they are its content, so
+/// nothing may go in front of them.
+fn keeps_blank_lines(node: &Node) -> bool {
+    matches!(&node.kind, Kind::Scalar {
+        style: ScalarStyle::Literal | ScalarStyle::Folded,
+        text,
+    } if text.ends_with("\n\n"))
+}
+
+/// The start of the first line at or after `at` (and before `limit`) that
+/// is not blank.
+fn past_blank_lines(text: &str, mut at: usize, limit: usize) -> usize {
+    while at < limit.min(text.len()) {
+        let end = next_line(text, at);
+        if !text[at..end].trim().is_empty() {
+            break;
+        }
+        at = end;
+    }
+    at
 }
 
 fn next_line(text: &str, at: usize) -> usize {
@@ -610,6 +678,41 @@ mod tests {
             out,
             "spec:\n  a: 1\n  b: [1]\n  c: {\"x\":1}\n  z:\n    - {name: x}\n# about d\nd: 2\ne: \"s p\"\n"
         );
+    }
+
+    #[test]
+    fn an_item_whose_dash_is_followed_by_a_comment_gets_items_before_its_dash() {
+        let out = run(
+            "c:\n- # the app\n  name: x\n-\n  # next\n  name: y\n",
+            &[Op::Insert {
+                path: vec![key("c")],
+                index: 1,
+                values: vec![json!("z")],
+            }],
+        );
+        assert_eq!(out, "c:\n- # the app\n  name: x\n- z\n-\n  # next\n  name: y\n");
+        let out = run(
+            "c:\n- # the app\n  name: x\n",
+            &[Op::Insert {
+                path: vec![key("c")],
+                index: 0,
+                values: vec![json!("z")],
+            }],
+        );
+        assert_eq!(out, "c:\n- z\n- # the app\n  name: x\n");
+    }
+
+    #[test]
+    fn a_keep_chomped_scalars_blank_lines_stay_its_own() {
+        let out = run(
+            "m:\n  s: |+\n    a\n\n\n# after\nn: 1\n",
+            &[Op::Add {
+                path: vec![key("m")],
+                key: "t".into(),
+                value: json!(1),
+            }],
+        );
+        assert_eq!(out, "m:\n  s: |+\n    a\n\n\n  t: 1\n# after\nn: 1\n");
     }
 
     #[test]
