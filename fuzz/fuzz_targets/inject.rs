@@ -17,10 +17,8 @@ use serde_json::Value;
 fn options() -> Options {
     Options {
         image: "registry.example.com/meshwrap:0.1.0".into(),
-        sidecar: None,
-        timeout: None,
-        quit_policy: None,
         delivery: Delivery::InitContainer,
+        ..Options::default()
     }
 }
 
