@@ -1547,7 +1547,7 @@ fn tradeoff_plot(candidates: &[Candidate]) -> String {
     let (w, h) = (900.0, 480.0);
     let colors = ["#2e9e4f", "#1f6fd0", "#8a4fbf"];
     let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n<rect width=\"{w}\" height=\"{h}\" fill=\"#fff\"/>\n<text x=\"20\" y=\"24\" font-size=\"15\" font-weight=\"bold\">Readiness schedules, fast (A-D) and frugal (F, G), and linkerd-await (L): median latency (503 -> 200) against CPU</text>\n"
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n<rect width=\"{w}\" height=\"{h}\" fill=\"#fff\"/>\n<text x=\"20\" y=\"24\" font-size=\"15\" font-weight=\"bold\">Readiness schedules, fast (C, D) and frugal (F, G), and linkerd-await (L): median latency (503 -> 200) against CPU</text>\n"
     );
     // One panel: x in CPU units, y in ms; points (x, y, color, label, filled).
     // Both axes are logarithmic, three decades from `x_min` and from 2 ms:
