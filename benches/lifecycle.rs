@@ -954,10 +954,13 @@ impl Bench {
     }
 
     /// CPU over a wait for a sidecar that never becomes ready, and requests sent.
-    fn cpu_while_waiting(&self) {
-        let secs = if self.quick { 1 } else { 5 };
+    /// CPU of `wrapper` over a wait of `secs` for a sidecar that refuses or
+    /// answers 503, and the requests it sent; the median of three waits (one
+    /// in --quick, and one of the slow, steady bash recipe): single runs on
+    /// this VM move by a fifth.
+    fn median_wait(&self, wrapper: Wrapper, refused: bool, secs: u64) -> (f64, u64) {
         let timeout = format!("{secs}s");
-        let wait = |wrapper: Wrapper, refused: bool| {
+        let wait = || {
             let sidecar = Sidecar::new();
             if !refused {
                 sidecar.listen();
@@ -976,21 +979,22 @@ impl Bench {
             let (_, cpu) = r.wait();
             (ms(cpu), sidecar.requests.load(Ordering::SeqCst))
         };
-        // The median of three waits (one in --quick): single runs on this VM move by a fifth.
-        let median_of = |wrapper: Wrapper, refused: bool| {
-            let mut runs: Vec<(f64, u64)> = (0..if self.quick { 1 } else { 3 })
-                .map(|_| wait(wrapper, refused))
-                .collect();
-            runs.sort_by(|a, b| a.0.total_cmp(&b.0));
-            runs[runs.len() / 2]
+        let n = if self.quick || wrapper == Wrapper::Baseline {
+            1
+        } else {
+            3
         };
-        let (refused_cpu, _) = median_of(Wrapper::Meshwrap, true);
-        let (answering_cpu, requests) = median_of(Wrapper::Meshwrap, false);
-        // --poll frugal against linkerd-await, each alone, the same way.
-        let (frugal_cpu, frugal_requests) = median_of(Wrapper::Frugal, false);
+        let mut runs: Vec<(f64, u64)> = (0..n).map(|_| wait()).collect();
+        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        runs[runs.len() / 2]
+    }
+
+    /// --poll frugal against linkerd-await, each alone, the same way.
+    fn frugal_cpu(&self, secs: u64) {
+        let (frugal_cpu, frugal_requests) = self.median_wait(Wrapper::Frugal, false, secs);
         let (peer_text, peer_cpu) = match peer_bin() {
             Some(bin) => {
-                let (cpu, reqs) = median_of(Wrapper::Peer(bin), false);
+                let (cpu, reqs) = self.median_wait(Wrapper::Peer(bin), false, secs);
                 (format!("linkerd-await: {} ms, {reqs} requests", fmt(cpu)), cpu)
             }
             None => (
@@ -1005,6 +1009,14 @@ impl Bench {
             "<= linkerd-await's",
             self.judged(frugal_cpu <= peer_cpu),
         );
+    }
+
+    fn cpu_while_waiting(&self) {
+        let secs = if self.quick { 1 } else { 5 };
+        let median_of = |wrapper: Wrapper, refused: bool| self.median_wait(wrapper, refused, secs);
+        let (refused_cpu, _) = median_of(Wrapper::Meshwrap, true);
+        let (answering_cpu, requests) = median_of(Wrapper::Meshwrap, false);
+        self.frugal_cpu(secs);
         let rate = requests as f64 / secs as f64;
         self.note(format!(
             "a poll of the 503-answering sidecar (one request on a kept connection, two wake-ups) costs {} us of meshwrap's CPU here ({} ms over {requests} requests)",
@@ -1012,7 +1024,7 @@ impl Bench {
             fmt(answering_cpu)
         ));
         let b = if self.has_baseline {
-            let (cpu, reqs) = wait(Wrapper::Baseline, false);
+            let (cpu, reqs) = self.median_wait(Wrapper::Baseline, false, secs);
             format!(
                 "{} ms, {} requests/s (bash and curl)",
                 fmt(cpu),
@@ -1547,7 +1559,7 @@ fn tradeoff_plot(candidates: &[Candidate]) -> String {
     let (w, h) = (900.0, 480.0);
     let colors = ["#2e9e4f", "#1f6fd0", "#8a4fbf"];
     let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n<rect width=\"{w}\" height=\"{h}\" fill=\"#fff\"/>\n<text x=\"20\" y=\"24\" font-size=\"15\" font-weight=\"bold\">Readiness schedules, fast (A-D) and frugal (F, G), and linkerd-await (L): median latency (503 -> 200) against CPU</text>\n"
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n<rect width=\"{w}\" height=\"{h}\" fill=\"#fff\"/>\n<text x=\"20\" y=\"24\" font-size=\"15\" font-weight=\"bold\">Readiness schedules, fast (C, D) and frugal (F, G), and linkerd-await (L): median latency (503 -> 200) against CPU</text>\n"
     );
     // One panel: x in CPU units, y in ms; points (x, y, color, label, filled).
     // Both axes are logarithmic, three decades from `x_min` and from 2 ms:
