@@ -51,6 +51,10 @@ pub struct Inject {
     /// Rewrite the files themselves (atomically) instead of printing
     #[arg(long = "in-place", short = 'i', env = "MESHWRAP_IN_PLACE")]
     pub in_place: bool,
+    /// Write what could be wrapped even when a pod template was skipped (by default a skip fails the run and
+    /// nothing is written, so a job is never applied half-wrapped)
+    #[arg(long = "allow-skip", env = "MESHWRAP_ALLOW_SKIP", conflicts_with = "strict")]
+    pub allow_skip: bool,
     #[command(flatten)]
     pub shared: Shared,
 }
@@ -67,7 +71,7 @@ pub struct Shared {
         value_delimiter = ','
     )]
     pub template_paths: Vec<TemplatePath>,
-    /// Fail (exit 1) when any workload is skipped
+    /// Fail (exit 1) when any workload is skipped: inject's default (kept for scripts); the KRM function's opt-in
     #[arg(long, env = "MESHWRAP_STRICT")]
     pub strict: bool,
 }

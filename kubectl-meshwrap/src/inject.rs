@@ -7,6 +7,15 @@
 //! the old file or the new one, never half of either, and reading the input
 //! is finished before its replacement exists (no `> same-file` truncation).
 //!
+//! A pod template that holds containers and was skipped (no command, two
+//! candidate containers, a conflict...) fails the run unless `--allow-skip`:
+//! a Job whose Master is wrapped and whose Worker is not would hang. Then
+//! nothing is written, to stdout or to a file: stdout is spooled to an
+//! unlinked temporary file and copied out only when the run succeeds, so
+//! `inject | kubectl apply -f -` applies nothing rather than half a job, and
+//! memory stays one document's. Pods left alone on purpose (opted out, on
+//! the node's network, Windows) are "unchanged", not skips.
+//!
 //! Symlinks are resolved: `--in-place` replaces the file a link points to
 //! (the link stays), and a folder walk visits each file and folder once by
 //! its resolved path, so a link loop or a second name for a file cannot
@@ -22,7 +31,9 @@ use crate::workloads::TemplatePath;
 pub struct Request {
     pub files: Vec<String>,
     pub in_place: bool,
-    pub strict: bool,
+    /// `--allow-skip`: write what could be wrapped even when a pod template
+    /// was skipped (the old default; `--strict` is the default now).
+    pub allow_skip: bool,
     pub options: Options,
     pub taught: Vec<TemplatePath>,
 }
@@ -183,9 +194,106 @@ pub fn run(req: &Request) -> i32 {
             }
         }
     }
-    let (mut failed, mut skipped) = (false, false);
-    let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let outcome = if req.in_place {
+        in_place(req, &texts)
+    } else {
+        to_stdout(req, &texts)
+    };
+    match outcome {
+        Ok(tally) => tally.verdict(req.allow_skip),
+        Err(e) => {
+            crate::say(&e);
+            1
+        }
+    }
+}
+
+/// What a run did, pod template by pod template.
+#[derive(Default)]
+struct Tally {
+    wrapped: usize,
+    skipped: usize,
+    untouched: usize,
+    errors: usize,
+}
+
+impl Tally {
+    /// Reports each entry and counts it.
+    fn count(&mut self, source: &str, entries: &[Entry]) {
+        for e in entries {
+            crate::say(&line(source, e));
+            match e.verdict {
+                Verdict::Injected => self.wrapped += 1,
+                Verdict::Skipped => self.skipped += 1,
+                Verdict::Unchanged => self.untouched += 1,
+                Verdict::Error => self.errors += 1,
+            }
+        }
+    }
+
+    /// Whether the output may be written.
+    fn writable(&self, allow_skip: bool) -> bool {
+        self.errors == 0 && (allow_skip || self.skipped == 0)
+    }
+
+    /// The summary line, what to fix when the run fails, and the exit code.
+    fn verdict(&self, allow_skip: bool) -> i32 {
+        let errors = if self.errors > 0 {
+            format!(", {} errors", self.errors)
+        } else {
+            String::new()
+        };
+        crate::say(&format!(
+            "{} pod templates wrapped, {} skipped, {} untouched{errors}",
+            self.wrapped, self.skipped, self.untouched
+        ));
+        if self.writable(allow_skip) {
+            return 0;
+        }
+        if self.errors == 0 {
+            crate::say(
+                "nothing written: a skipped pod template would run half-wrapped (a job whose other pods hang); \
+                 fix what each skipped line says, or pass --allow-skip to write the rest anyway",
+            );
+        } else {
+            crate::say("nothing written: fix the errors above");
+        }
+        1
+    }
+}
+
+/// `--in-place`: every file transformed first, then written only when the
+/// run may be written.
+fn in_place(req: &Request, texts: &[(&Input, String)]) -> Result<Tally, String> {
+    let mut tally = Tally::default();
+    let mut replaced = Vec::new();
+    for (input, text) in texts {
+        let (new, entries) = stream::run_to_string(text, &req.options, &req.taught, None);
+        tally.count(&input.shown.display().to_string(), &entries);
+        if new != *text {
+            replaced.push((input, new));
+        }
+    }
+    if tally.writable(req.allow_skip) {
+        for (input, new) in replaced {
+            replace(&input.real, &new)?;
+        }
+    }
+    Ok(tally)
+}
+
+/// To stdout, one stream (inputs separated by `---`), spooled until the run
+/// is known to be writable.
+fn to_stdout(req: &Request, texts: &[(&Input, String)]) -> Result<Tally, String> {
+    let temporary = |e: std::io::Error| format!("a temporary file for the output: {e}");
+    let (path, spool) = meshwrap::install::create_temporary(&std::env::temp_dir()).map_err(temporary)?;
+    // Read back through a second descriptor; the name goes at once.
+    let reader = std::fs::File::open(&path);
+    let _ = std::fs::remove_file(&path);
+    let reader = reader.map_err(temporary)?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, spool);
     let mut write_error = None;
+    let mut tally = Tally::default();
     let several = texts.len() > 1;
     for (i, (input, text)) in texts.iter().enumerate() {
         let source = if input.shown.as_os_str() == "-" {
@@ -193,45 +301,37 @@ pub fn run(req: &Request) -> i32 {
         } else {
             input.shown.display().to_string()
         };
-        let entries = if req.in_place {
-            let (new, entries) = stream::run_to_string(text, &req.options, &req.taught, None);
-            if new != *text
-                && let Err(e) = replace(&input.real, &new)
-            {
-                crate::say(&e);
-                failed = true;
-            }
-            entries
-        } else {
-            // Streamed to stdout as each document is done; separated by `---`
-            // when several inputs make one stream.
-            let last = std::cell::Cell::new(b'\n');
-            let mut put = |piece: &str| {
-                if write_error.is_none() && !piece.is_empty() {
-                    last.set(*piece.as_bytes().last().unwrap_or(&b'\n'));
-                    if let Err(e) = stdout.write_all(piece.as_bytes()) {
-                        write_error = Some(e);
-                    }
+        let last = std::cell::Cell::new(b'\n');
+        let mut put = |piece: &str| {
+            if write_error.is_none() && !piece.is_empty() {
+                last.set(*piece.as_bytes().last().unwrap_or(&b'\n'));
+                if let Err(e) = out.write_all(piece.as_bytes()) {
+                    write_error = Some(e);
                 }
-            };
-            if several && i > 0 && !text.starts_with("---") {
-                put("---\n");
             }
-            let entries = stream::run(text, &req.options, &req.taught, None, &mut put);
-            if several && last.get() != b'\n' {
-                put("\n");
-            }
-            entries
         };
-        for e in &entries {
-            crate::say(&line(&source, e));
-            failed |= e.verdict == Verdict::Error;
-            skipped |= e.verdict == Verdict::Skipped;
+        if several && i > 0 && !text.starts_with("---") {
+            put("---\n");
         }
+        let entries = stream::run(text, &req.options, &req.taught, None, &mut put);
+        if several && last.get() != b'\n' {
+            put("\n");
+        }
+        tally.count(&source, &entries);
     }
-    if let Some(e) = write_error.or_else(|| stdout.flush().err()) {
-        crate::say(&format!("stdout: {e}"));
-        return 1;
+    if let Some(e) = write_error {
+        return Err(format!("the output's temporary file: {e}"));
     }
-    if failed || (req.strict && skipped) { 1 } else { 0 }
+    out.flush().map_err(|e| format!("the output's temporary file: {e}"))?;
+    if tally.writable(req.allow_skip) {
+        copy_out(reader).map_err(|e| format!("stdout: {e}"))?;
+    }
+    Ok(tally)
+}
+
+/// The spooled output, to stdout.
+fn copy_out(mut spool: std::fs::File) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    std::io::copy(&mut spool, &mut stdout)?;
+    stdout.flush()
 }

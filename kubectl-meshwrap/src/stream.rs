@@ -439,6 +439,11 @@ fn plan_unit(working: &mut Value, workload: workloads::Workload, opts: &Options)
                 )
             }
             Outcome::Unchanged(why) => (Verdict::Unchanged, why, false),
+            // Left alone on purpose (opted out, or no sidecar to wait for):
+            // nothing half-wrapped, so not a skip that fails inject.
+            Outcome::Skipped(skip) if transform::DELIBERATE.contains(&skip.code) => {
+                (Verdict::Unchanged, skip.why, false)
+            }
             Outcome::Skipped(skip) => (Verdict::Skipped, skip.why, false),
         };
         unit.entries

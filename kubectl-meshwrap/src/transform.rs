@@ -252,6 +252,11 @@ pub struct Skip {
     pub why: String,
 }
 
+/// Skips that leave a pod alone on purpose: it opted out, or it has no
+/// sidecar to wait for (the node's network, Windows). Nothing is half-wrapped
+/// there, so `inject` reports them as unchanged, not as skips that fail it.
+pub const DELIBERATE: [&str; 3] = ["opted-out", "host-network", "windows"];
+
 fn skip(code: &'static str, why: impl Into<String>) -> Outcome {
     Outcome::Skipped(Skip { code, why: why.into() })
 }

@@ -422,7 +422,9 @@ fn a_document_that_is_not_an_object_but_holds_containers_is_reported_and_strict_
         "- apiVersion: batch/v1\n  kind: Job\n  spec: {template: {spec: {containers: [{name: c, command: [x]}]}}}\n";
     let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "--strict"], text);
     assert_eq!(run.code, 1, "{}", run.stderr);
-    assert_eq!(run.stdout, text);
+    assert_eq!(run.stdout, "", "a skip writes nothing");
+    let allowed = kubectl_meshwrap(&["inject", "--image", IMAGE, "--allow-skip"], text);
+    assert_eq!((allowed.code, allowed.stdout.as_str()), (0, text));
     assert!(
         run.stderr
             .contains("skipped: a YAML sequence where an object was expected"),

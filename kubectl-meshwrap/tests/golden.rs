@@ -59,7 +59,9 @@ fn every_golden_input_gives_its_output_and_report_and_a_second_run_changes_nothi
     assert!(cases.len() >= 18, "{cases:?}");
     for (name, ext) in &cases {
         let input = std::fs::read_to_string(golden().join(format!("{name}.in.{ext}"))).unwrap();
-        let mut argv = vec!["inject", "--image", IMAGE, "-f", "-"]
+        // --allow-skip: a golden shows what inject writes around a skip
+        // (tests/cli.rs checks that by default a skip writes nothing).
+        let mut argv = vec!["inject", "--image", IMAGE, "--allow-skip", "-f", "-"]
             .into_iter()
             .map(String::from)
             .collect::<Vec<_>>();
@@ -99,9 +101,9 @@ fn every_golden_input_gives_its_output_and_report_and_a_second_run_changes_nothi
 #[test]
 fn what_is_not_injected_is_left_byte_for_byte() {
     let input = std::fs::read_to_string(golden().join("skips.in.yaml")).unwrap();
-    let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "-f", "-"], &input);
+    let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "--allow-skip", "-f", "-"], &input);
     assert_eq!(run.stdout, input);
-    assert_eq!(run.code, 0, "skips are reported, not failures, without --strict");
+    assert_eq!(run.code, 0, "skips are reported, not failures, with --allow-skip");
     for why in [
         "has no command",
         "Windows",
@@ -150,4 +152,91 @@ fn the_examples_are_what_inject_makes_of_their_unwrapped_sources() {
         );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// A PyTorchJob whose Master can be wrapped and whose Worker cannot (it has
+/// only `args`): its worker pods would hang if it were applied so.
+const HALF: &str = "apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: half}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      template:
+        spec:
+          containers:
+            - {name: pytorch, image: trainer, command: [python, train.py]}
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers:
+            - {name: pytorch, image: trainer, args: [train.py]}
+";
+
+#[test]
+fn a_skipped_template_fails_inject_and_nothing_is_written() {
+    let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "-f", "-"], HALF);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "nothing for kubectl apply: {}", run.stdout);
+    assert!(
+        run.stderr.contains("Worker: skipped: container pytorch has no command"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("1 pod templates wrapped, 1 skipped, 0 untouched"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("nothing written") && run.stderr.contains("--allow-skip"),
+        "{}",
+        run.stderr
+    );
+    // --strict, as before, is the same; --allow-skip writes the Master wrapped.
+    let strict = kubectl_meshwrap(&["inject", "--image", IMAGE, "--strict", "-f", "-"], HALF);
+    assert_eq!((strict.code, strict.stdout.as_str()), (1, ""));
+    let allowed = kubectl_meshwrap(&["inject", "--image", IMAGE, "--allow-skip", "-f", "-"], HALF);
+    assert_eq!(allowed.code, 0, "{}", allowed.stderr);
+    assert!(allowed.stdout.contains("/mesh/meshwrap"), "{}", allowed.stdout);
+}
+
+#[test]
+fn in_place_writes_no_file_when_a_template_was_skipped() {
+    let dir = std::env::temp_dir().join(format!("meshwrap-half-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (half, whole) = (dir.join("half.yaml"), dir.join("whole.yaml"));
+    std::fs::write(&half, HALF).unwrap();
+    let job = std::fs::read_to_string(golden().join("job.in.yaml")).unwrap();
+    std::fs::write(&whole, &job).unwrap();
+    let dir_arg = dir.to_string_lossy().into_owned();
+    let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "--in-place", "-f", &dir_arg], "");
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(
+        std::fs::read_to_string(&whole).unwrap(),
+        job,
+        "the whole job's file is not written either"
+    );
+    assert_eq!(std::fs::read_to_string(&half).unwrap(), HALF);
+    let run = kubectl_meshwrap(
+        &["inject", "--image", IMAGE, "--in-place", "--allow-skip", "-f", &dir_arg],
+        "",
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(std::fs::read_to_string(&whole).unwrap().contains("/mesh/meshwrap"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn pods_left_alone_on_purpose_do_not_fail_inject() {
+    let input = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels: {meshwrap.io/inject: \"false\"}\nspec:\n  containers:\n    - {name: c, image: x}\n";
+    let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "-f", "-"], input);
+    assert_eq!((run.code, run.stdout.as_str()), (0, input), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("unchanged: opted out") && run.stderr.contains("0 skipped, 1 untouched"),
+        "{}",
+        run.stderr
+    );
 }
