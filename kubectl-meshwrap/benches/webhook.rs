@@ -1059,7 +1059,7 @@ fn write_section(setup: &Setup, steady: &str, hostile: &str, bodies: &str) {
          for bodies of at most 64 KiB (every ordinary pod); a request the budget cannot cover is answered 503 \
          with Retry-After at once. The server before the budget (at 07eee1f) was OOM-killed by this run. \
          Each big-body client tries once: those refused would have to retry, so a flood of big bodies \
-         costs other big bodies their turn, not the ordinary pods.\n\n{bodies}
+         costs other big bodies their turn, not the ordinary pods.\n\n{bodies}",
         FLOOD.as_secs(),
     );
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
