@@ -14,6 +14,8 @@
 //! - above --max-connections or --max-handshakes a connection is closed at
 //!   accept and counted; a client that never reads its answers is cut off
 //!   by the request deadline; an idle keep-alive connection by --idle-timeout;
+//! - request bodies in flight share a budget: one it cannot cover is
+//!   answered 503 with Retry-After at once, an ordinary pod still gets in;
 //! - SIGTERM: not ready, requests in flight finish, exit 0;
 //! - metrics and one JSON log line per decision;
 //! - bad flags and bad certificates: one line, exit 2, nothing served.
@@ -711,6 +713,148 @@ fn a_client_that_pipelines_and_never_reads_is_cut_off_by_the_request_deadline() 
         1
     );
     post(&mut reader, &load(&fixtures().join("job-pod.review.json")));
+}
+
+/// Polls `series` on `client` until it reads `value` (the server's own
+/// count is the readiness marker), within 20 s.
+fn wait_metric(client: &mut Client, series: &str, value: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = metric(client, series);
+        if now == value {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{series} stayed at {now}, not {value}");
+    }
+}
+
+/// Sends the head of a /mutate request declaring `length` bytes, and one.
+fn hold_body(webhook: &Webhook, ca: &Ca, length: usize) -> Client {
+    let mut client = webhook.client(ca);
+    client
+        .send_raw(
+            format!(
+                "POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n{{"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    client
+}
+
+#[test]
+fn bodies_in_flight_share_a_budget_and_one_it_cannot_cover_is_answered_503_at_once() {
+    // The budget: 16 MiB shared, and 4 MiB for bodies of at most 64 KiB.
+    const SHARED: usize = 16 * 1024 * 1024;
+    let ca = Ca::new("bodies CA");
+    let webhook = Webhook::start("bodies", &ca, &["--client-timeout", "10s"]);
+    let mut watcher = webhook.client(&ca);
+    // Five near-3 MiB bodies, and one that fills the shared budget exactly.
+    let mut held: Vec<Client> = (0..5).map(|_| hold_body(&webhook, &ca, 3_000_000)).collect();
+    held.push(hold_body(&webhook, &ca, SHARED - 15_000_000));
+    wait_metric(&mut watcher, "meshwrap_webhook_body_bytes", SHARED as u64);
+    // One more is answered at once, before its body is sent: 503, Retry-After.
+    let started = Instant::now();
+    let mut refused = hold_body(&webhook, &ca, 3_000_000);
+    let response = refused.read_response().unwrap();
+    assert_eq!(response.status, 503, "{}", response.text());
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        response.headers.iter().any(|(k, v)| k == "retry-after" && v == "1"),
+        "{:?}",
+        response.headers
+    );
+    assert!(response.text().contains("budget"), "{}", response.text());
+    assert_eq!(
+        metric(
+            &mut watcher,
+            "meshwrap_webhook_requests_total{outcome=\"error\",reason=\"busy\"}"
+        ),
+        1
+    );
+    // An ordinary pod still gets in: small bodies have their own lane.
+    post(&mut watcher, &load(&fixtures().join("job-pod.review.json")));
+    // The budget comes back when the bodies' connections end.
+    drop(held);
+    wait_metric(&mut watcher, "meshwrap_webhook_body_bytes", 0);
+    let mut big = webhook.client(&ca);
+    let response = big.post(&vec![b' '; 3_000_000]).unwrap();
+    assert_eq!(
+        response.status,
+        400,
+        "read whole, then refused as no review: {}",
+        response.text()
+    );
+}
+
+/// Sets a socket buffer option of `client`'s socket to 4 KB.
+fn small_buffer(client: &Client, option: libc::c_int) {
+    use std::os::unix::io::AsRawFd;
+    let size: libc::c_int = 4096;
+    // SAFETY: setsockopt on an open socket, with a pointer to a c_int and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            client.stream.sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0);
+}
+
+#[test]
+fn a_client_that_never_reads_can_park_only_a_bounded_amount_in_the_servers_socket_buffers() {
+    let ca = Ca::new("socket buffers CA");
+    let webhook = Webhook::start("socket-buffers", &ca, &["--client-timeout", "30s"]);
+    let mut greedy = webhook.client(&ca);
+    // Its own buffers small, so what it manages to send sits in the server's.
+    small_buffer(&greedy, libc::SO_SNDBUF);
+    small_buffer(&greedy, libc::SO_RCVBUF);
+    greedy
+        .stream
+        .sock
+        .set_write_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    // Requests that ask for much (a 404's text each), pipelined unread.
+    let request = b"GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n".repeat(64);
+    let mut sent = 0usize;
+    let started = Instant::now();
+    // Until a write blocks (the server stopped taking them), at most 64 MB or 20 s.
+    while sent < 64 << 20 && started.elapsed() < Duration::from_secs(20) {
+        match greedy.send_raw(&request) {
+            Ok(()) => sent += request.len(),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => break,
+            Err(e) => panic!("cut off before its writes blocked: {e}"),
+        }
+    }
+    assert!(sent > 0);
+    // The server's side of this connection, as the kernel reports it
+    // (`ss`, from iproute2): its buffer limits (rb, tb) stay at the fixed
+    // 16 KiB, doubled; autotuned, they start at 128 KB and grow.
+    let local = greedy.stream.sock.local_addr().unwrap().port();
+    let ss = std::process::Command::new("ss")
+        .args(["-tmnH", "state", "established"])
+        .arg(format!("( sport = :{} and dport = :{local} )", webhook.port))
+        .output()
+        .unwrap_or_else(|e| panic!("this test needs ss (iproute2): {e}"));
+    let text = String::from_utf8_lossy(&ss.stdout).into_owned();
+    let limit = |name: &str| -> u64 {
+        let at = text
+            .find(&format!(",{name}"))
+            .unwrap_or_else(|| panic!("no {name} in ss's answer: {text}"));
+        let digits: String = text[at + name.len() + 1..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().unwrap()
+    };
+    let (rb, tb) = (limit("rb"), limit("tb"));
+    assert!(
+        rb <= 32768 && tb <= 32768,
+        "the server's socket buffers are rb {rb}, tb {tb} bytes (sent {sent}): {text}"
+    );
 }
 
 #[test]

@@ -10,6 +10,17 @@
 //!   is accepted (load shed, counted in `/metrics`), instead of being kept
 //!   until the memory limit kills the pod. The counts are taken and
 //!   released by [`Slot`]s, dropped however the connection ends.
+//! - **A budget for bodies in flight.** A /mutate body is held whole (up to
+//!   the API server's 3 MiB) until it can be decided, so 512 connections
+//!   could hold 1.5 GiB. A request takes its declared Content-Length from
+//!   [`BodyBudget`] before any of its body is read (a body sent without a
+//!   length takes each chunk as it arrives); when the budget cannot cover
+//!   it, the request is answered 503 with Retry-After, never queued. Bodies
+//!   of at most [`SMALL_BODY`] (every ordinary pod) first take from a lane
+//!   of their own, so a flood of near-3 MiB bodies cannot refuse them. The
+//!   take is one compare-and-swap, so two requests never both get the last
+//!   bytes; what is taken is given back when the [`Held`] is dropped, with
+//!   the body, however the request ends.
 //! - **One deadline per request/response cycle.** hyper bounds only the
 //!   wait for a header; nothing bounds a write to a client that never
 //!   reads. A cycle begins with the first byte of a request (or, for a
@@ -106,6 +117,104 @@ impl Slots {
             self.open.load(Ordering::Relaxed),
             self.handshaking.load(Ordering::Relaxed),
         )
+    }
+}
+
+/// Bodies in flight across all connections, in bytes (shared lane).
+pub const BODY_BUDGET: usize = 16 * 1024 * 1024;
+/// The lane kept for bodies of at most [`SMALL_BODY`] bytes.
+pub const SMALL_LANE: usize = 4 * 1024 * 1024;
+/// The largest body the small lane takes: ordinary pods are 2 to 20 KB.
+pub const SMALL_BODY: usize = 64 * 1024;
+
+/// Bytes taken from a fixed total.
+struct Pool {
+    used: AtomicUsize,
+    max: usize,
+}
+
+impl Pool {
+    fn new(max: usize) -> Pool {
+        Pool {
+            used: AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    /// Takes `bytes` if they fit, all or nothing.
+    fn take(&self, bytes: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|total| *total <= self.max)
+            })
+            .is_ok()
+    }
+
+    fn give(&self, bytes: usize) {
+        self.used.fetch_sub(bytes, Ordering::AcqRel);
+    }
+}
+
+/// The budget for request bodies in flight (see the module's notes).
+pub struct BodyBudget {
+    shared: Pool,
+    small: Pool,
+    small_body: usize,
+}
+
+/// Bytes of the budget one request holds; given back when dropped.
+pub struct Held {
+    budget: Arc<BodyBudget>,
+    shared: usize,
+    small: usize,
+}
+
+impl BodyBudget {
+    pub fn new(shared: usize, small_lane: usize, small_body: usize) -> Arc<BodyBudget> {
+        Arc::new(BodyBudget {
+            shared: Pool::new(shared),
+            small: Pool::new(small_lane),
+            small_body,
+        })
+    }
+
+    /// `bytes` for a body that declared its length: from the small lane
+    /// when it is small and the lane has room, else from the shared one;
+    /// `None` when neither can cover it.
+    pub fn take(self: &Arc<Self>, bytes: usize) -> Option<Held> {
+        let held = |shared, small| Held {
+            budget: self.clone(),
+            shared,
+            small,
+        };
+        if bytes <= self.small_body && self.small.take(bytes) {
+            return Some(held(0, bytes));
+        }
+        self.shared.take(bytes).then(|| held(bytes, 0))
+    }
+
+    /// Bytes held now, both lanes.
+    pub fn in_flight(&self) -> usize {
+        self.shared.used.load(Ordering::Acquire) + self.small.used.load(Ordering::Acquire)
+    }
+}
+
+impl Held {
+    /// `more` bytes of a body that did not declare its length, from the
+    /// shared lane; false when they do not fit.
+    pub fn grow(&mut self, more: usize) -> bool {
+        let ok = self.budget.shared.take(more);
+        if ok {
+            self.shared += more;
+        }
+        ok
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.budget.shared.give(self.shared);
+        self.budget.small.give(self.small);
     }
 }
 
@@ -265,6 +374,40 @@ mod tests {
         assert_eq!(slots.admit().err(), Some(Shed::Connections));
         drop((first, second));
         assert_eq!(slots.counts(), (0, 1));
+    }
+
+    #[test]
+    fn the_body_budget_refuses_what_does_not_fit_and_gets_it_back_when_dropped() {
+        let budget = BodyBudget::new(100, 20, 10);
+        let big = budget.take(60).unwrap();
+        assert!(budget.take(41).is_none(), "above the shared lane");
+        let second = budget.take(40).unwrap();
+        assert_eq!(budget.in_flight(), 100);
+        // The shared lane is full; small bodies still fit in their own lane.
+        let small = budget.take(10).unwrap();
+        let small2 = budget.take(10).unwrap();
+        assert!(budget.take(10).is_none(), "both lanes full");
+        assert!(budget.take(11).is_none());
+        drop(big);
+        // A body without a length starts at nothing and grows in the shared lane.
+        let mut chunked = budget.take(0).unwrap();
+        assert!(chunked.grow(60));
+        assert!(!chunked.grow(1), "a growing body stops at the budget");
+        drop((second, small, small2, chunked));
+        assert_eq!(budget.in_flight(), 0);
+    }
+
+    #[test]
+    fn two_threads_never_both_take_the_last_bytes() {
+        for _ in 0..200 {
+            let budget = BodyBudget::new(10, 0, 0);
+            let taken: Vec<bool> = std::thread::scope(|s| {
+                let a = s.spawn(|| budget.take(6).map(std::mem::forget).is_some());
+                let b = s.spawn(|| budget.take(6).map(std::mem::forget).is_some());
+                vec![a.join().unwrap(), b.join().unwrap()]
+            });
+            assert_eq!(taken.iter().filter(|t| **t).count(), 1);
+        }
     }
 
     fn state(deadline: &Deadline) -> (bool, Duration) {

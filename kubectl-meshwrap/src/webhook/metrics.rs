@@ -8,7 +8,9 @@
 //! Connections have their own series: how many are open and how many are in
 //! their TLS handshake (gauges, read from the caps' counters at scrape
 //! time), how many were shed at accept and why, and how many were closed by
-//! a bound (the handshake's, a request's, or the idle one).
+//! a bound (the handshake's, a request's, or the idle one). Request bodies
+//! held against their budget are a gauge; a request the budget refused is
+//! counted as an error with the reason "busy".
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -73,11 +75,17 @@ impl Metrics {
         *m.closed.entry(bound).or_default() += 1;
     }
 
-    /// The text format; `(open, handshaking)` are the connection gauges.
-    pub fn render(&self, (open, handshaking): (usize, usize)) -> String {
+    /// The text format; `(open, handshaking)` are the connection gauges,
+    /// `body_bytes` the request bodies held now.
+    pub fn render(&self, (open, handshaking): (usize, usize), body_bytes: usize) -> String {
         let m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = String::new();
         connections(&mut out, &m, open, handshaking);
+        out.push_str(
+            "# HELP meshwrap_webhook_body_bytes Bytes of request bodies held now, against the budget for bodies in flight.\n",
+        );
+        out.push_str("# TYPE meshwrap_webhook_body_bytes gauge\n");
+        let _ = writeln!(out, "meshwrap_webhook_body_bytes {body_bytes}");
         out.push_str("# HELP meshwrap_webhook_requests_total AdmissionReviews answered, by outcome and reason.\n");
         out.push_str("# TYPE meshwrap_webhook_requests_total counter\n");
         for ((outcome, reason), count) in &m.requests {

@@ -13,6 +13,15 @@
 //!   limit (see [`super::limits`]);
 //! - a body above the API server's own 3 MiB limit is refused (413) by its
 //!   Content-Length, or as soon as it grows past it, without being buffered;
+//!   bodies held at once share a budget, and a request it cannot cover is
+//!   answered 503 with Retry-After before its body is read (see
+//!   [`super::limits`]): 512 connections with near-3 MiB bodies would
+//!   otherwise need 1.5 GiB;
+//! - the kernel's buffers per connection are fixed at [`SOCKET_BUFFER`]
+//!   (set on the listener, which accepted sockets inherit) instead of
+//!   autotuned up to megabytes: a client that pipelines and never reads
+//!   fills both, and 200 such clients held 80 MB of socket memory, which
+//!   cgroup v2 charges to the pod's limit;
 //! - SIGTERM turns `/readyz` to 503 first and keeps serving for
 //!   `--shutdown-delay`, because the Service's endpoints are updated after
 //!   the pod is told to stop, and a connection refused meanwhile would fail
@@ -28,21 +37,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use serde_json::{Value, json};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_rustls::TlsAcceptor;
 
 use super::admission::{self, MAX_BODY, Settings};
-use super::limits::{Deadline, Expired, Shed, Slot, Slots, Timed};
+use super::limits::{
+    BODY_BUDGET, BodyBudget, Deadline, Expired, Held, SMALL_BODY, SMALL_LANE, Shed, Slot, Slots, Timed,
+};
 use super::log;
 use super::metrics::Metrics;
 use super::tls::{Certificates, Reload};
@@ -71,6 +82,7 @@ struct State {
     client_timeout: Duration,
     idle_timeout: Duration,
     slots: Arc<Slots>,
+    bodies: Arc<BodyBudget>,
 }
 
 /// hyper's read and write buffers, each: a webhook's request headers are
@@ -78,6 +90,10 @@ struct State {
 const HTTP_BUFFER: usize = 16 * 1024;
 /// rustls's buffers of records not yet written, per connection.
 const TLS_BUFFER: usize = 32 * 1024;
+/// SO_RCVBUF and SO_SNDBUF of each connection (the kernel doubles them for
+/// its bookkeeping): about 64 KB a connection at most, 32 MB for 512, and a
+/// 3 MiB body still arrives in well under a second in a cluster.
+pub const SOCKET_BUFFER: u32 = 16 * 1024;
 
 /// Runs the webhook until SIGTERM (or SIGINT) and its drain; the exit code.
 pub fn run(config: Config) -> i32 {
@@ -124,7 +140,7 @@ async fn serve(config: Config) -> i32 {
             return 1;
         }
     };
-    let listener = match TcpListener::bind(config.listen).await {
+    let listener = match bind(config.listen) {
         Ok(l) => l,
         Err(e) => {
             log::error(
@@ -152,6 +168,7 @@ async fn serve(config: Config) -> i32 {
         client_timeout: config.client_timeout,
         idle_timeout: config.idle_timeout,
         slots: Slots::new(config.max_connections, config.max_handshakes),
+        bodies: BodyBudget::new(BODY_BUDGET, SMALL_LANE, SMALL_BODY),
     });
     let graceful = GracefulShutdown::new();
     let mut stop_at: Option<tokio::time::Instant> = None;
@@ -197,6 +214,20 @@ async fn serve(config: Config) -> i32 {
         ),
     }
     0
+}
+
+/// The listening socket, with the buffer sizes its connections inherit.
+fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if address.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_recv_buffer_size(SOCKET_BUFFER)?;
+    socket.set_send_buffer_size(SOCKET_BUFFER)?;
+    socket.bind(address)?;
+    socket.listen(1024)
 }
 
 fn begin_drain(state: &State, signal: &str, delay: Duration) -> tokio::time::Instant {
@@ -308,7 +339,7 @@ async fn handle(req: Request<Incoming>, state: &State) -> Result<Response<Full<B
         (&Method::GET, "/metrics") => answer(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
-            state.metrics.render(state.slots.counts()),
+            state.metrics.render(state.slots.counts(), state.bodies.in_flight()),
         ),
         (&Method::POST, "/mutate") => mutate(req, state, started).await,
         (_, "/mutate") => plain(StatusCode::METHOD_NOT_ALLOWED, "POST an AdmissionReview to /mutate"),
@@ -378,10 +409,9 @@ async fn mutate(req: Request<Incoming>, state: &State, started: Instant) -> Resp
             true,
         );
     }
-    let body = Limited::new(req.into_body(), MAX_BODY);
-    let bytes = match tokio::time::timeout(state.client_timeout, body.collect()).await {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+    let bytes = match read_body(req.into_body(), declared, state).await {
+        Ok((bytes, _held)) => bytes,
+        Err(BodyError::TooLarge) => {
             return refuse(
                 state,
                 started,
@@ -391,7 +421,18 @@ async fn mutate(req: Request<Incoming>, state: &State, started: Instant) -> Resp
                 true,
             );
         }
-        Ok(Err(e)) => {
+        Err(BodyError::Busy(bytes)) => {
+            let why = format!(
+                "the webhook holds {} bytes of request bodies already, and {bytes} more do not fit in its budget of {BODY_BUDGET} bytes; retry",
+                state.bodies.in_flight()
+            );
+            let mut response = refuse(state, started, StatusCode::SERVICE_UNAVAILABLE, "busy", why, true);
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, hyper::header::HeaderValue::from_static("1"));
+            return response;
+        }
+        Err(BodyError::Read(e)) => {
             return refuse(
                 state,
                 started,
@@ -401,7 +442,7 @@ async fn mutate(req: Request<Incoming>, state: &State, started: Instant) -> Resp
                 true,
             );
         }
-        Err(_) => {
+        Err(BodyError::Timeout) => {
             return refuse(
                 state,
                 started,
@@ -446,5 +487,44 @@ async fn mutate(req: Request<Incoming>, state: &State, started: Instant) -> Resp
             }
         }
         Err(why) => refuse(state, started, StatusCode::BAD_REQUEST, "bad-request", why, false),
+    }
+}
+
+enum BodyError {
+    TooLarge,
+    /// The budget for bodies in flight cannot cover this many more bytes.
+    Busy(usize),
+    Read(hyper::Error),
+    Timeout,
+}
+
+/// The whole body, within `--client-timeout`, with the budget it holds:
+/// its declared length is taken before any of it is read; a body without
+/// one takes each chunk as it arrives.
+async fn read_body(body: Incoming, declared: Option<u64>, state: &State) -> Result<(Bytes, Held), BodyError> {
+    let expected = declared.map_or(0, |d| d as usize);
+    let mut held = state.bodies.take(expected).ok_or(BodyError::Busy(expected))?;
+    let collect = async {
+        let mut body = body;
+        let mut whole = bytes::BytesMut::with_capacity(expected);
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame.map_err(BodyError::Read)?.into_data() else {
+                continue;
+            };
+            if whole.len() + data.len() > MAX_BODY {
+                return Err(BodyError::TooLarge);
+            }
+            let beyond = (whole.len() + data.len()).saturating_sub(expected.max(whole.len()));
+            if beyond > 0 && !held.grow(beyond) {
+                return Err(BodyError::Busy(beyond));
+            }
+            whole.extend_from_slice(&data);
+        }
+        Ok(whole.freeze())
+    };
+    match tokio::time::timeout(state.client_timeout, collect).await {
+        Ok(Ok(bytes)) => Ok((bytes, held)),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(BodyError::Timeout),
     }
 }

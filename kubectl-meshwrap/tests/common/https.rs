@@ -248,8 +248,20 @@ impl Client {
     /// Connects to the webhook on loopback as if it were `name` (SNI and
     /// the name the certificate must carry).
     pub fn connect_named(port: u16, config: Arc<rustls::ClientConfig>, name: &str) -> std::io::Result<Client> {
-        let tcp = TcpStream::connect(("127.0.0.1", port))?;
-        tcp.set_read_timeout(Some(Duration::from_secs(20)))?;
+        Self::connect_within(port, config, name, Duration::from_secs(20))
+    }
+
+    /// Connects with `within` as the bound on the TCP connect, on each read
+    /// of the handshake, and on later reads (a load generator's dial).
+    pub fn connect_within(
+        port: u16,
+        config: Arc<rustls::ClientConfig>,
+        name: &str,
+        within: Duration,
+    ) -> std::io::Result<Client> {
+        let tcp = TcpStream::connect_timeout(&std::net::SocketAddr::from(([127, 0, 0, 1], port)), within)?;
+        tcp.set_read_timeout(Some(within))?;
+        tcp.set_write_timeout(Some(within))?;
         tcp.set_nodelay(true)?;
         let connection = rustls::ClientConnection::new(config, ServerName::try_from(name.to_string()).unwrap())
             .map_err(std::io::Error::other)?;
