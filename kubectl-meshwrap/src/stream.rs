@@ -405,51 +405,54 @@ fn plan_unit(working: &mut Value, workload: workloads::Workload, opts: &Options)
     }
     for place in places {
         let label = what(&place.label);
-        let (verdict, message, injected) = match transform::plan(working, &place, opts) {
-            Outcome::Injected {
-                container,
-                policy,
-                guard,
-                ops,
-                notes,
-            } => {
-                for op in &ops {
-                    patch::apply(working, op);
-                }
-                unit.ops.extend(ops);
-                unit.live = true;
-                let guard = if guard { "guard" } else { "no guard" };
-                let mut message = format!("container {container}, --quit-policy {policy}, {guard}");
-                for note in notes {
-                    message.push_str("; ");
-                    message.push_str(&note);
-                }
-                (Verdict::Injected, message, true)
-            }
-            Outcome::Native { meshes, ops } => {
-                for op in &ops {
-                    patch::apply(working, op);
-                }
-                unit.ops.extend(ops);
-                unit.live = true;
-                (
-                    Verdict::Injected,
-                    format!("native: annotated, not wrapped ({meshes})"),
-                    true,
-                )
-            }
-            Outcome::Unchanged(why) => (Verdict::Unchanged, why, false),
-            // Left alone on purpose (opted out, or no sidecar to wait for):
-            // nothing half-wrapped, so not a skip that fails inject.
-            Outcome::Skipped(skip) if transform::DELIBERATE.contains(&skip.code) => {
-                (Verdict::Unchanged, skip.why, false)
-            }
-            Outcome::Skipped(skip) => (Verdict::Skipped, skip.why, false),
-        };
+        let (verdict, message, injected) = judged(transform::plan(working, &place, opts), working, &mut unit);
         unit.entries
             .push((say(verdict, label, message), injected.then_some(place)));
     }
     unit
+}
+
+/// What one plan means for the unit: its ops applied to the working JSON
+/// and kept, and the report's verdict and message.
+fn judged(outcome: Outcome, working: &mut Value, unit: &mut Unit) -> (Verdict, String, bool) {
+    let mut keep = |ops: Vec<patch::Op>| {
+        for op in &ops {
+            patch::apply(working, op);
+        }
+        unit.ops.extend(ops);
+        unit.live = true;
+    };
+    match outcome {
+        Outcome::Injected {
+            container,
+            policy,
+            guard,
+            ops,
+            notes,
+        } => {
+            keep(ops);
+            let guard = if guard { "guard" } else { "no guard" };
+            let mut message = format!("container {container}, --quit-policy {policy}, {guard}");
+            for note in notes {
+                message.push_str("; ");
+                message.push_str(&note);
+            }
+            (Verdict::Injected, message, true)
+        }
+        Outcome::Native { meshes, ops } => {
+            keep(ops);
+            (
+                Verdict::Injected,
+                format!("native: annotated, not wrapped ({meshes})"),
+                true,
+            )
+        }
+        Outcome::Unchanged(why) => (Verdict::Unchanged, why, false),
+        // Left alone on purpose (opted out, or no sidecar to wait for):
+        // nothing half-wrapped, so not a skip that fails inject.
+        Outcome::Skipped(skip) if transform::DELIBERATE.contains(&skip.code) => (Verdict::Unchanged, skip.why, false),
+        Outcome::Skipped(skip) => (Verdict::Skipped, skip.why, false),
+    }
 }
 
 /// A duplicate key anywhere in a workload's object, said as the reason to

@@ -111,28 +111,13 @@ pub fn run(config: Config) -> i32 {
 }
 
 async fn serve(config: Config) -> i32 {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let certificates = match Certificates::load(config.tls_cert.clone(), config.tls_key.clone(), provider.clone()) {
-        Ok(c) => Arc::new(c),
-        Err(e) => {
+    let (certificates, acceptor) = match tls(&config) {
+        Ok(pair) => pair,
+        Err((code, e)) => {
             log::error("cannot serve", &[("error", json!(e))]);
-            return 2;
+            return code;
         }
     };
-    let tls = match rustls::ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-    {
-        Ok(builder) => {
-            let mut tls = builder.with_no_client_auth().with_cert_resolver(certificates.clone());
-            tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-            tls
-        }
-        Err(e) => {
-            log::error("cannot serve", &[("error", json!(e.to_string()))]);
-            return 1;
-        }
-    };
-    let acceptor = TlsAcceptor::from(Arc::new(tls));
     let (mut term, mut int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
         (Ok(t), Ok(i)) => (t, i),
         _ => {
@@ -160,7 +145,6 @@ async fn serve(config: Config) -> i32 {
         ],
     );
     tokio::spawn(reload(certificates));
-
     let state = Arc::new(State {
         settings: config.settings.clone(),
         metrics: Metrics::default(),
@@ -180,20 +164,7 @@ async fn serve(config: Config) -> i32 {
             }
         };
         tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => match state.slots.admit() {
-                    Ok(slots) => {
-                        tokio::spawn(connection(tcp, slots, acceptor.clone(), state.clone(), graceful.watcher()));
-                    }
-                    // Closed at once: the client sees its connection reset or ended.
-                    Err(why) => {
-                        state.metrics.shed(why == Shed::Handshakes);
-                        drop(tcp);
-                    }
-                },
-                // Out of descriptors, most likely: let some connections end.
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            },
+            accepted = listener.accept() => accept(accepted, &acceptor, &state, &graceful).await,
             _ = term.recv(), if stop_at.is_none() => {
                 stop_at = Some(begin_drain(&state, "SIGTERM", config.shutdown_delay));
             }
@@ -204,16 +175,66 @@ async fn serve(config: Config) -> i32 {
         }
     }
     drop(listener);
+    drain(graceful, config.drain_timeout).await;
+    0
+}
+
+/// The certificates (re-read as they change) and the TLS acceptor over
+/// them; `Err((exit code, why))`.
+fn tls(config: &Config) -> Result<(Arc<Certificates>, TlsAcceptor), (i32, String)> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certificates = Certificates::load(config.tls_cert.clone(), config.tls_key.clone(), provider.clone())
+        .map(Arc::new)
+        .map_err(|e| (2, e))?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| (1, e.to_string()))?;
+    let mut tls = builder.with_no_client_auth().with_cert_resolver(certificates.clone());
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok((certificates, TlsAcceptor::from(Arc::new(tls))))
+}
+
+/// One accepted connection: served in a task of its own within the caps,
+/// or closed at once above them.
+async fn accept(
+    accepted: std::io::Result<(TcpStream, SocketAddr)>,
+    acceptor: &TlsAcceptor,
+    state: &Arc<State>,
+    graceful: &GracefulShutdown,
+) {
+    match accepted {
+        Ok((tcp, _)) => match state.slots.admit() {
+            Ok(slots) => {
+                tokio::spawn(connection(
+                    tcp,
+                    slots,
+                    acceptor.clone(),
+                    state.clone(),
+                    graceful.watcher(),
+                ));
+            }
+            // Closed at once: the client sees its connection reset or ended.
+            Err(why) => {
+                state.metrics.shed(why == Shed::Handshakes);
+                drop(tcp);
+            }
+        },
+        // Out of descriptors, most likely: let some connections end.
+        Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+    }
+}
+
+/// Lets the requests in flight finish, within `--drain-timeout`.
+async fn drain(graceful: GracefulShutdown, timeout: Duration) {
     let open = graceful.count();
     log::info("draining", &[("connections", json!(open))]);
-    match tokio::time::timeout(config.drain_timeout, graceful.shutdown()).await {
+    match tokio::time::timeout(timeout, graceful.shutdown()).await {
         Ok(()) => log::info("drained", &[]),
         Err(_) => log::warn(
             "drain timed out; closing the connections left",
-            &[("drain_timeout", json!(format!("{:?}", config.drain_timeout)))],
+            &[("drain_timeout", json!(format!("{timeout:?}")))],
         ),
     }
-    0
 }
 
 /// The listening socket, with the buffer sizes its connections inherit.
@@ -383,12 +404,13 @@ async fn mutate(req: Request<Incoming>, state: &State, started: Instant) -> Resp
     let essence = content_type.split(';').next().unwrap_or("").trim();
     if !essence.eq_ignore_ascii_case("application/json") {
         let got = if content_type.is_empty() { "none" } else { content_type };
+        let why = format!("Content-Type must be application/json, got {got}");
         return refuse(
             state,
             started,
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "content-type",
-            format!("Content-Type must be application/json, got {got}"),
+            why,
             true,
         );
     }
@@ -397,84 +419,22 @@ async fn mutate(req: Request<Incoming>, state: &State, started: Instant) -> Resp
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let too_large =
-        |size: String| format!("the body is {size}, above the API server's limit of {MAX_BODY} bytes (3 MiB)");
     if let Some(size) = declared.filter(|s| *s > MAX_BODY as u64) {
-        return refuse(
-            state,
-            started,
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too-large",
-            too_large(format!("{size} bytes")),
-            true,
-        );
+        let why = too_large(&format!("{size} bytes"));
+        return refuse(state, started, StatusCode::PAYLOAD_TOO_LARGE, "too-large", why, true);
     }
     let bytes = match read_body(req.into_body(), declared, state).await {
         Ok((bytes, _held)) => bytes,
-        Err(BodyError::TooLarge) => {
-            return refuse(
-                state,
-                started,
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too-large",
-                too_large("larger".into()),
-                true,
-            );
-        }
-        Err(BodyError::Busy(bytes)) => {
-            let why = format!(
-                "the webhook holds {} bytes of request bodies already, and {bytes} more do not fit in its budget of {BODY_BUDGET} bytes; retry",
-                state.bodies.in_flight()
-            );
-            let mut response = refuse(state, started, StatusCode::SERVICE_UNAVAILABLE, "busy", why, true);
-            response
-                .headers_mut()
-                .insert(RETRY_AFTER, hyper::header::HeaderValue::from_static("1"));
-            return response;
-        }
-        Err(BodyError::Read(e)) => {
-            return refuse(
-                state,
-                started,
-                StatusCode::BAD_REQUEST,
-                "bad-request",
-                format!("reading the body: {e}"),
-                true,
-            );
-        }
-        Err(BodyError::Timeout) => {
-            return refuse(
-                state,
-                started,
-                StatusCode::REQUEST_TIMEOUT,
-                "timeout",
-                format!("the body did not arrive within {:?}", state.client_timeout),
-                true,
-            );
-        }
+        Err(e) => return refuse_body(state, started, e),
     };
     match admission::review(&bytes, &state.settings) {
-        Ok(answer_) => {
-            let d = &answer_.decision;
+        Ok(reviewed) => {
             let took = started.elapsed();
-            state.metrics.record(d.outcome, d.code, took);
-            let mut fields: Vec<(&str, Value)> = vec![
-                ("uid", json!(d.uid)),
-                ("namespace", json!(d.namespace)),
-                ("pod", json!(d.pod)),
-                ("outcome", json!(d.outcome)),
-                ("reason", json!(d.reason)),
-                ("patched", json!(d.patched)),
-                ("micros", json!(took.as_micros() as u64)),
-            ];
-            if let Some(owner) = &d.owner {
-                fields.push(("owner", json!(owner)));
-            }
-            if let Some(container) = &d.container {
-                fields.push(("container", json!(container)));
-            }
-            log::info("admission", &fields);
-            match serde_json::to_vec(&answer_.review) {
+            state
+                .metrics
+                .record(reviewed.decision.outcome, reviewed.decision.code, took);
+            log_decision(&reviewed.decision, took);
+            match serde_json::to_vec(&reviewed.review) {
                 Ok(body) => answer(StatusCode::OK, "application/json", body),
                 Err(e) => refuse(
                     state,
@@ -488,6 +448,71 @@ async fn mutate(req: Request<Incoming>, state: &State, started: Instant) -> Resp
         }
         Err(why) => refuse(state, started, StatusCode::BAD_REQUEST, "bad-request", why, false),
     }
+}
+
+fn too_large(size: &str) -> String {
+    format!("the body is {size}, above the API server's limit of {MAX_BODY} bytes (3 MiB)")
+}
+
+/// The answer to a body that could not be read whole.
+fn refuse_body(state: &State, started: Instant, error: BodyError) -> Response<Full<Bytes>> {
+    match error {
+        BodyError::TooLarge => refuse(
+            state,
+            started,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too-large",
+            too_large("larger"),
+            true,
+        ),
+        BodyError::Busy(bytes) => {
+            let why = format!(
+                "the webhook holds {} bytes of request bodies already, and {bytes} more do not fit in its budget of {BODY_BUDGET} bytes; retry",
+                state.bodies.in_flight()
+            );
+            let mut response = refuse(state, started, StatusCode::SERVICE_UNAVAILABLE, "busy", why, true);
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, hyper::header::HeaderValue::from_static("1"));
+            response
+        }
+        BodyError::Read(e) => refuse(
+            state,
+            started,
+            StatusCode::BAD_REQUEST,
+            "bad-request",
+            format!("reading the body: {e}"),
+            true,
+        ),
+        BodyError::Timeout => refuse(
+            state,
+            started,
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            format!("the body did not arrive within {:?}", state.client_timeout),
+            true,
+        ),
+    }
+}
+
+/// One JSON line per decision.
+fn log_decision(d: &admission::Decision, took: Duration) {
+    let mut fields: Vec<(&str, Value)> = vec![
+        ("uid", json!(d.uid)),
+        ("namespace", json!(d.namespace)),
+        ("pod", json!(d.pod)),
+        ("outcome", json!(d.outcome)),
+        ("reason", json!(d.reason)),
+        ("patched", json!(d.patched)),
+        ("micros", json!(took.as_micros() as u64)),
+    ];
+    if let Some(owner) = &d.owner {
+        fields.push(("owner", json!(owner)));
+    }
+    if let Some(container) = &d.container {
+        fields.push(("container", json!(container)));
+    }
+    log::info("admission", &fields);
 }
 
 enum BodyError {
