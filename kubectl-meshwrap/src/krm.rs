@@ -65,8 +65,36 @@ fn options(list: &Value, flags: &Options) -> Result<(Options, bool), String> {
             }
         };
     }
+    pod_fit(&field, &mut opts)?;
     let strict = field("strict").is_some_and(|s| s == "true");
     Ok((opts, strict))
+}
+
+/// The functionConfig's mesh, native, runAsUser and resources fields, as
+/// the flags of the same names take them.
+fn pod_fit(field: &dyn Fn(&str) -> Option<String>, opts: &mut Options) -> Result<(), String> {
+    if let Some(meshes) = field("mesh") {
+        opts.meshes.clear();
+        for name in meshes.split(',').map(str::trim).filter(|m| *m != "auto") {
+            let kind = crate::mesh::Kind::parse(name).ok_or_else(|| {
+                format!("functionConfig: mesh \"{name}\" is not auto, istio, linkerd, vault, dapr or cloudsql")
+            })?;
+            opts.meshes.push(kind);
+        }
+    }
+    if let Some(native) = field("native") {
+        opts.native = crate::transform::Native::parse(&native)
+            .ok_or_else(|| format!("functionConfig: native \"{native}\" is not true, prefer or false"))?;
+    }
+    if let Some(uid) = field("runAsUser") {
+        opts.run_as_user =
+            crate::transform::parse_run_as_user(&uid).map_err(|why| format!("functionConfig: runAsUser: {why}"))?;
+    }
+    if let Some(resources) = field("resources") {
+        opts.resources =
+            crate::transform::parse_resources(&resources).map_err(|why| format!("functionConfig: resources: {why}"))?;
+    }
+    Ok(())
 }
 
 /// Runs the function on stdin; the exit code.

@@ -78,3 +78,57 @@ fn run_as_user_none_leaves_the_uid_to_the_platform_and_resources_none_adds_none(
     );
     assert!(run.stdout.contains("runAsUser: 1000680000"), "{}", run.stdout);
 }
+
+const LIST: &str = "apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items:
+  - apiVersion: batch/v1
+    kind: Job
+    metadata: {name: train}
+    spec:
+      template:
+        spec:
+          restartPolicy: Never
+          containers:
+            - {name: train, image: trainer, command: [python, train.py]}
+functionConfig:
+  apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: meshwrap}
+  data:
+    image: registry.example.com/meshwrap:0.1.0
+";
+
+#[test]
+fn the_krm_function_takes_mesh_native_run_as_user_and_resources() {
+    let config = "    mesh: linkerd\n    runAsUser: none\n    resources: limits.memory=64Mi\n";
+    let list = format!("{LIST}{config}");
+    let run = kubectl_meshwrap(&["fn"], &list);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("config.linkerd.io/proxy-admin-shutdown: enabled"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        !run.stdout.contains("runAsUser: 65532") && run.stdout.contains("limits: {memory: 64Mi}"),
+        "{}",
+        run.stdout
+    );
+    let native = kubectl_meshwrap(&["fn"], &format!("{LIST}    mesh: istio\n    native: \"true\"\n"));
+    assert!(
+        native.stdout.contains("sidecar.istio.io/nativeSidecar"),
+        "{}",
+        native.stdout
+    );
+    for (bad, says) in [
+        ("    mesh: consul\n", "functionConfig: mesh \"consul\""),
+        ("    native: maybe\n", "functionConfig: native \"maybe\""),
+        ("    runAsUser: \"0\"\n", "functionConfig: runAsUser: 0 is root"),
+        ("    resources: lots\n", "functionConfig: resources:"),
+    ] {
+        let run = kubectl_meshwrap(&["fn"], &format!("{LIST}{bad}"));
+        assert_eq!(run.code, 1, "{bad}");
+        assert!(run.stderr.contains(says), "{bad}: {}", run.stderr);
+    }
+}
