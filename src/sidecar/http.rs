@@ -3,11 +3,11 @@
 //!
 //! Sidecar admin endpoints are plain HTTP on loopback and answer in
 //! microseconds, and meshwrap needs only a GET's or an empty POST's status.
-//! A general client (hyper, with `http`'s header tables) cost about 50 KB of
-//! a binary that must stay under 1 MiB; this is the part of HTTP/1.1 that
-//! those answers use. A quit gets a fresh connection; the readiness polls of
+//! A general client (hyper, with `http`'s header tables) cost a large share
+//! of a binary that must stay under 1 MiB; this is the part of HTTP/1.1
+//! that those answers use. A quit gets a fresh connection; the readiness polls of
 //! one URL reuse theirs while the sidecar keeps it open, since a new
-//! connection and handshake cost four times a request's CPU on a cold cache.
+//! connection and handshake cost several times a request's CPU on a cold cache.
 //! One [`Client`] per URL, holding that connection and the addresses its host
 //! name resolved to, is all the pool there is.
 //!

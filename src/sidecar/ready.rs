@@ -5,18 +5,18 @@
 //! (refused, or answering but not ready): 8 ms, growing by 1 ms for every
 //! 48 ms spent in the state, up to 100 ms. An Istio proxy typically turns
 //! ready 1-3 s after it starts (it waits for istiod's configuration); there
-//! the interval is 29-71 ms, so the command starts about 25 ms (median)
+//! the interval is 29-71 ms, so the command starts about half an interval
 //! after the sidecar turns ready, while a sidecar that stays unready costs
 //! about 130 polls in the first 5 s and ten a second after. The benchmark
-//! chose these numbers from the measured trade-off (BENCHMARKS.md): a
-//! steeper start (5 ms + t/32) costs fewer polls but 30-35 ms in the
-//! typical window; a lower longest interval (50 ms) halves the latency of
-//! a sidecar that takes 8-12 s but doubles the CPU of every long wait.
+//! chose these numbers from the measured trade-off (BENCHMARKS.md, which
+//! has the figures): a steeper start costs fewer polls but more latency in
+//! the typical window; a lower longest interval halves the latency of a
+//! sidecar that takes 8-12 s but doubles the CPU of every long wait.
 //!
-//! CPU, not syscalls, is what a poll costs on these machines: after a 5 ms
-//! sleep the caches are cold, and a refused loopback connect that takes 7 us
-//! in a tight loop takes 100-170 us (measured by the benchmark). So polls are
-//! few rather than cheap, and each is as lean as it can be:
+//! CPU, not syscalls, is what a poll costs on these machines: after a sleep
+//! the caches are cold, and a refused loopback connect costs many times
+//! what it does in a tight loop (BENCHMARKS.md's notes measure both). So
+//! polls are few rather than cheap, and each is as lean as it can be:
 //! - **Refused** (nothing listens yet: the proxy container is still starting).
 //!   A bare non-blocking connect says so in four syscalls, outside the
 //!   reactor.
