@@ -9,6 +9,10 @@
 #   docker build --target webhook -t kubectl-meshwrap .
 #   docker build --target webhook-prebuilt -t kubectl-meshwrap .   # target/x86_64-unknown-linux-musl/release/kubectl-meshwrap
 #
+# .ci/release passes VERSION, SOURCE (https://github.com/OWNER/NAME), REVISION
+# (the git commit) and CREATED (RFC 3339, the commit's time) as --build-arg for
+# the OCI labels.
+#
 # Use it as an init container (`meshwrap install /mesh` into an emptyDir), or
 # copy /meshwrap into a training image (examples/docker/).
 
@@ -31,10 +35,14 @@ RUN cargo build --release --locked -p kubectl-meshwrap --bin kubectl-meshwrap &&
 FROM scratch AS webhook-base
 ARG VERSION=0.1.0
 ARG SOURCE=unknown
+ARG REVISION=unknown
+ARG CREATED=unknown
 LABEL org.opencontainers.image.title="kubectl-meshwrap" \
       org.opencontainers.image.description="meshwrap's admission webhook and manifest injector" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.licenses="Apache-2.0"
 # The restricted profile's user; the webhook writes no file.
 USER 65532:65532
@@ -50,10 +58,14 @@ COPY --from=build-webhook /kubectl-meshwrap /kubectl-meshwrap
 FROM scratch AS base
 ARG VERSION=0.1.0
 ARG SOURCE=unknown
+ARG REVISION=unknown
+ARG CREATED=unknown
 LABEL org.opencontainers.image.title="meshwrap" \
       org.opencontainers.image.description="Wait for the service-mesh sidecar, run a command as PID 1, then quit the sidecar" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.licenses="Apache-2.0"
 ENTRYPOINT ["/meshwrap"]
 
