@@ -20,7 +20,9 @@ fn load_json(path: &str) -> Value {
 fn load_yaml_docs(path: &Path) -> Vec<Value> {
     use serde::Deserialize;
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_yaml::Deserializer::from_str(&text)
+    // kubectl reads past a byte order mark; so does inject, which keeps it.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    serde_yaml::Deserializer::from_str(text)
         .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
         .filter(|doc| !doc.is_null())
         .collect()
@@ -374,12 +376,46 @@ fn pod_templates(doc: &Value, out: &mut Vec<Value>) {
     }
 }
 
+/// Goldens whose input is, by design, something this test's reader cannot
+/// take as kubectl does, or the API server would refuse: they test how
+/// inject reads odd input, and inject leaves the odd part as it is.
+const NOT_API_OBJECTS: [(&str, &str); 4] = [
+    (
+        "yaml11-booleans",
+        "YAML 1.1 booleans (yes, Off, Y): kubectl's reader takes them, this YAML 1.2 one reads strings",
+    ),
+    (
+        "optout-boolean",
+        "a boolean annotation value, which the API server refuses; inject still reads it as opting out",
+    ),
+    (
+        "duplicate-key",
+        "a key twice in one mapping, refused by kubectl's strict decoding and left by inject",
+    ),
+    (
+        "not-an-object",
+        "a YAML sequence where an object belongs, reported and left by inject",
+    ),
+];
+
 fn injected_outputs() -> Vec<PathBuf> {
     let dir = root().join("kubectl-meshwrap/tests/golden");
+    for (name, _) in NOT_API_OBJECTS {
+        assert!(
+            dir.join(format!("{name}.in.yaml")).exists(),
+            "NOT_API_OBJECTS names {name}, which has no golden"
+        );
+    }
+    let odd = |p: &Path| {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        NOT_API_OBJECTS
+            .iter()
+            .any(|(odd, _)| name.starts_with(&format!("{odd}.")))
+    };
     let mut out: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().contains(".out."))
+        .filter(|p| p.file_name().unwrap().to_string_lossy().contains(".out.") && !odd(p))
         .collect();
     out.sort();
     out
