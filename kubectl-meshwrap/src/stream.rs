@@ -432,11 +432,8 @@ fn judged(outcome: Outcome, working: &mut Value, unit: &mut Unit) -> (Verdict, S
         } => {
             keep(ops);
             let guard = if guard { "guard" } else { "no guard" };
-            let mut message = format!("container {container}, --quit-policy {policy}, {guard}");
-            for note in notes {
-                message.push_str("; ");
-                message.push_str(&note);
-            }
+            let message = format!("container {container}, --quit-policy {policy}, {guard}");
+            let message = transform::with_notes(message, &notes);
             (Verdict::Injected, message, true)
         }
         Outcome::Native { meshes, ops } => {

@@ -257,6 +257,15 @@ pub struct Skip {
 /// there, so `inject` reports them as unchanged, not as skips that fail it.
 pub const DELIBERATE: [&str; 3] = ["opted-out", "host-network", "windows"];
 
+/// A report's sentence with the plan's notes after it, `; `-separated.
+pub fn with_notes(mut message: String, notes: &[String]) -> String {
+    for note in notes {
+        message.push_str("; ");
+        message.push_str(note);
+    }
+    message
+}
+
 fn skip(code: &'static str, why: impl Into<String>) -> Outcome {
     Outcome::Skipped(Skip { code, why: why.into() })
 }

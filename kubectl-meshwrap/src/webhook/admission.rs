@@ -291,10 +291,7 @@ fn decide(pod: &Value, settings: &Settings, decision: &mut Decision) -> Vec<Valu
                 "container {container}, quit policy {policy}{}",
                 if guard { ", with the guard" } else { "" }
             );
-            for note in notes {
-                decision.reason.push_str("; ");
-                decision.reason.push_str(&note);
-            }
+            decision.reason = transform::with_notes(std::mem::take(&mut decision.reason), &notes);
             decision.container = Some(container);
             json_patch(&ops)
         }
