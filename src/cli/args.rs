@@ -48,7 +48,7 @@ Exit status:
 
 /// Wait for the service-mesh sidecar, run COMMAND, forward signals to it, reap
 /// zombies, tell the sidecar to quit when COMMAND ends, and exit with its status.
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Default)]
 #[command(name = "meshwrap", version, after_help = AFTER_HELP)]
 #[command(override_usage = "meshwrap [OPTIONS] [--] <COMMAND> [ARG]...")]
 pub struct Args {

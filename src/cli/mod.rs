@@ -2,12 +2,15 @@
 //! plain [`Config`](crate::config::Config).
 //!
 //! [`args`] is clap's view (flags, variables, defaults, help text);
+//! [`quick`] reads the common command line into the same strings without
+//! building clap's command, and leaves everything else to clap;
 //! [`resolve`] turns those strings, the presets and scuttle's variables into
 //! checked values in named steps, and records where each came from for
 //! `--explain`. Nothing here waits, runs or writes: a bad value is one line
 //! on stderr and exit 125 before the engine sees anything.
 
 pub mod args;
+pub mod quick;
 pub mod resolve;
 
 use std::ffi::OsString;
@@ -39,19 +42,45 @@ pub enum Parsed {
     Invalid(String),
 }
 
+/// Where the user's value for an option came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Flag,
+    Env,
+    Default,
+}
+
+/// Each option's [`Source`] by clap's id; an option with no value is absent.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Sources(pub Vec<(&'static str, Source)>);
+
+impl Sources {
+    pub fn get(&self, id: &str) -> Option<Source> {
+        self.0.iter().find(|(known, _)| *known == id).map(|&(_, source)| source)
+    }
+
+    fn of(matches: &clap::ArgMatches) -> Sources {
+        use clap::parser::ValueSource;
+        let sources = quick::OPTIONS.iter().filter_map(|opt| {
+            let source = match matches.value_source(opt.id)? {
+                ValueSource::CommandLine => Source::Flag,
+                ValueSource::EnvVariable => Source::Env,
+                _ => Source::Default,
+            };
+            Some((opt.id, source))
+        });
+        Sources(sources.collect())
+    }
+}
+
 /// Parses and checks the command line and environment.
-pub fn parse(args: impl IntoIterator<Item = OsString>, mode: Mode) -> Parsed {
-    let command = match mode {
-        Mode::Wrap => Args::command(),
-        Mode::Guard => Args::command()
-            .name("meshwrap guard")
-            .override_usage("meshwrap guard --guard-dir DIR [OPTIONS]")
-            .about(args::GUARD_ABOUT)
-            .after_help(args::GUARD_AFTER_HELP)
-            .mut_arg("command", |a| a.hide(true)),
+pub fn parse(args: Vec<OsString>, mode: Mode) -> Parsed {
+    let read = match quick::parse(&args, |name| std::env::var_os(name)) {
+        Some(read) => Ok(read),
+        None => by_clap(args, mode),
     };
-    let matches = match command.try_get_matches_from(args) {
-        Ok(matches) => matches,
+    let (args, sources) = match read {
+        Ok(read) => read,
         Err(e) => {
             use clap::error::ErrorKind;
             return match e.kind() {
@@ -60,11 +89,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>, mode: Mode) -> Parsed {
             };
         }
     };
-    let args = match Args::from_arg_matches(&matches) {
-        Ok(args) => args,
-        Err(e) => return Parsed::Invalid(first_line(&e.to_string())),
-    };
-    match resolve::resolve(&args, &matches) {
+    match resolve::resolve(&args, &sources) {
         Ok((config, mut explained)) if args.explain => {
             resolve::pod_decisions(&config, &mut explained);
             Parsed::Print(resolve::explain(&explained))
@@ -75,6 +100,23 @@ pub fn parse(args: impl IntoIterator<Item = OsString>, mode: Mode) -> Parsed {
         },
         Err(line) => Parsed::Invalid(line),
     }
+}
+
+/// clap's parse of the whole command line: help, version, errors, and every
+/// line [`quick`] leaves to it.
+pub fn by_clap(args: impl IntoIterator<Item = OsString>, mode: Mode) -> Result<(Args, Sources), clap::Error> {
+    let command = match mode {
+        Mode::Wrap => Args::command(),
+        Mode::Guard => Args::command()
+            .name("meshwrap guard")
+            .override_usage("meshwrap guard --guard-dir DIR [OPTIONS]")
+            .about(args::GUARD_ABOUT)
+            .after_help(args::GUARD_AFTER_HELP)
+            .mut_arg("command", |a| a.hide(true)),
+    };
+    let mut matches = command.try_get_matches_from(args)?;
+    let sources = Sources::of(&matches);
+    Ok((Args::from_arg_matches_mut(&mut matches)?, sources))
 }
 
 fn first_line(clap_error: &str) -> String {

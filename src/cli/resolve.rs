@@ -21,11 +21,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::ArgMatches;
-use clap::parser::ValueSource;
-
-use super::Mode;
 use super::args::Args;
+use super::{Mode, Source, Sources};
 use crate::config::{Config, OnTimeout, QuitPolicy};
 use crate::duration;
 use crate::log::{Format, Level};
@@ -38,9 +35,9 @@ use crate::sidecar::{Endpoint, Native};
 use crate::supervise::ForwardTo;
 
 /// Resolves every setting; the error is one line naming what was wrong.
-pub fn resolve(args: &Args, matches: &ArgMatches) -> Result<(Config, Explained), String> {
+pub fn resolve(args: &Args, sources: &Sources) -> Result<(Config, Explained), String> {
     let mut r = Resolver {
-        matches,
+        sources,
         explain: Vec::new(),
         auto: false,
     };
@@ -117,7 +114,7 @@ pub fn check(config: &Config, mode: Mode) -> Result<(), String> {
 /// what was given.
 fn endpoints(r: &mut Resolver, args: &Args, scuttle: Option<&Scuttle>) -> Result<(Vec<Target>, Vec<Target>), String> {
     // auto by default, unless URLs or scuttle's variables say where to go.
-    let auto_by_default = scuttle.is_none() && !given(r.matches, "ready_url") && !given(r.matches, "quit_url");
+    let auto_by_default = scuttle.is_none() && !given(r.sources, "ready_url") && !given(r.sources, "quit_url");
     let sidecars = r.sidecars(&args.sidecar, auto_by_default)?;
     let ready = r.targets(
         &sidecars,
@@ -389,8 +386,8 @@ fn path(raw: &str) -> Option<PathBuf> {
 }
 
 /// Whether the user set this value (by flag or variable), not its default.
-fn given(matches: &ArgMatches, id: &str) -> bool {
-    !matches!(matches.value_source(id), Some(ValueSource::DefaultValue) | None)
+fn given(sources: &Sources, id: &str) -> bool {
+    matches!(sources.get(id), Some(Source::Flag | Source::Env))
 }
 
 /// Where a value came from, as `--explain` prints it.
@@ -428,7 +425,7 @@ impl Origin {
 
 /// Resolves values in order, recording each for `--explain`.
 struct Resolver<'m> {
-    matches: &'m ArgMatches,
+    sources: &'m Sources,
     explain: Explained,
     /// `--sidecar auto` was given or taken by default.
     auto: bool,
@@ -436,9 +433,9 @@ struct Resolver<'m> {
 
 impl Resolver<'_> {
     fn origin(&self, id: &str, flag: &'static str, env: &'static str) -> Origin {
-        match self.matches.value_source(id) {
-            Some(ValueSource::CommandLine) => Origin::Flag(flag),
-            Some(ValueSource::EnvVariable) => Origin::Env(env),
+        match self.sources.get(id) {
+            Some(Source::Flag) => Origin::Flag(flag),
+            Some(Source::Env) => Origin::Env(env),
             _ => Origin::Default(flag),
         }
     }
@@ -465,7 +462,7 @@ impl Resolver<'_> {
         value: Option<(T, &'static str)>,
         shown: impl Fn(T) -> String,
     ) -> Option<T> {
-        let (value, var) = value.filter(|_| !given(self.matches, id))?;
+        let (value, var) = value.filter(|_| !given(self.sources, id))?;
         self.explain.push((name, shown(value), Origin::Scuttle(var)));
         Some(value)
     }
@@ -519,7 +516,7 @@ impl Resolver<'_> {
         raw: &[String],
         scuttle: Option<&Vec<(String, &'static str)>>,
     ) -> Result<Vec<Target>, String> {
-        let given = given(self.matches, id);
+        let given = given(self.sources, id);
         if let Some(urls) = scuttle.filter(|_| !given && sidecars.is_empty()) {
             return self.scuttle_urls(&flag[2..], urls);
         }
@@ -614,17 +611,15 @@ pub fn explain(explained: &Explained) -> String {
 
 #[cfg(test)]
 mod tests {
-    use clap::{CommandFactory, FromArgMatches};
-
     use super::*;
 
     /// Resolves a command line (the test process's environment has no
     /// MESHWRAP_ or scuttle variables).
     fn resolved(line: &[&str]) -> Result<(Config, Explained), String> {
         let argv = std::iter::once("meshwrap").chain(line.iter().copied());
-        let matches = Args::command().try_get_matches_from(argv).map_err(|e| e.to_string())?;
-        let args = Args::from_arg_matches(&matches).map_err(|e| e.to_string())?;
-        resolve(&args, &matches)
+        let argv = argv.map(Into::into);
+        let (args, sources) = super::super::by_clap(argv, Mode::Wrap).map_err(|e| e.to_string())?;
+        resolve(&args, &sources)
     }
 
     fn config(line: &[&str]) -> Config {
