@@ -69,6 +69,8 @@ fn shapes(cases: &mut Vec<Case>) {
         &["python", "--timeout", "5s", "-u"],
         &["--", "--help"],
         &["--", "a", "--", "b"],
+        &["a", "--", "b"],
+        &["--timeout=1s", "a", "-q"],
         &["--timeout", "5s"],
         &[],
         &["--explain", "--sidecar", "linkerd", "--sidecar", "vault", "--", "job"],
