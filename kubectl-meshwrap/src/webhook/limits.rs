@@ -19,8 +19,8 @@
 //!   of at most [`SMALL_BODY`] (every ordinary pod) first take from a lane
 //!   of their own, so a flood of near-3 MiB bodies cannot refuse them. The
 //!   take is one compare-and-swap, so two requests never both get the last
-//!   bytes; what is taken is given back when the [`Held`] is dropped, with
-//!   the body, however the request ends.
+//!   bytes; what is taken is given back when the [`Held`] is dropped, after
+//!   the body and the review parsed from it, however the request ends.
 //! - **One deadline per request/response cycle.** hyper bounds only the
 //!   wait for a header; nothing bounds a write to a client that never
 //!   reads. A cycle begins with the first byte of a request (or, for a

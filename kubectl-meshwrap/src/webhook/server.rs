@@ -423,11 +423,24 @@ async fn mutate(req: Request<Incoming>, state: &State, started: Instant) -> Resp
         let why = too_large(&format!("{size} bytes"));
         return refuse(state, started, StatusCode::PAYLOAD_TOO_LARGE, "too-large", why, true);
     }
-    let bytes = match read_body(req.into_body(), declared, state).await {
-        Ok((bytes, _held)) => bytes,
+    let (body, held) = match read_body(req.into_body(), declared, state).await {
+        Ok(read) => read,
         Err(e) => return refuse_body(state, started, e),
     };
-    match admission::review(&bytes, &state.settings) {
+    decide(body, held, state, started, admission::review)
+}
+
+/// The review of a body read whole, and its answer. The body's budget is
+/// held until the review built from it, and the body, have been dropped:
+/// the parse is in memory as long as the body is.
+fn decide(
+    body: Bytes,
+    held: Held,
+    state: &State,
+    started: Instant,
+    review: impl FnOnce(&[u8], &Settings) -> Result<admission::Answer, String>,
+) -> Response<Full<Bytes>> {
+    let response = match review(&body, &state.settings) {
         Ok(reviewed) => {
             let took = started.elapsed();
             state
@@ -447,7 +460,10 @@ async fn mutate(req: Request<Incoming>, state: &State, started: Instant) -> Resp
             }
         }
         Err(why) => refuse(state, started, StatusCode::BAD_REQUEST, "bad-request", why, false),
-    }
+    };
+    drop(body);
+    drop(held);
+    response
 }
 
 fn too_large(size: &str) -> String {
@@ -551,5 +567,57 @@ async fn read_body(body: Incoming, declared: Option<u64>, state: &State) -> Resu
         Ok(Ok(bytes)) => Ok((bytes, held)),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(BodyError::Timeout),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transform::Options;
+
+    /// A server's state whose body budget is `budget` bytes, all shared.
+    fn state(budget: usize) -> State {
+        State {
+            settings: Settings {
+                options: Options {
+                    image: "registry.example.com/meshwrap:0.1.0".into(),
+                    ..Options::default()
+                },
+                namespace: "meshwrap-system".into(),
+            },
+            metrics: Metrics::default(),
+            draining: AtomicBool::new(false),
+            client_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            slots: Slots::new(4, 4),
+            bodies: BodyBudget::new(budget, 0, 0),
+        }
+    }
+
+    #[test]
+    fn a_bodys_budget_is_held_until_the_review_built_from_it_is_dropped() {
+        let body = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/admission/job-pod.review.json"
+        ))
+        .unwrap();
+        // A budget of exactly this body, taken as `read_body` takes it.
+        let state = state(body.len());
+        let held = state.bodies.take(body.len()).unwrap();
+        let mut during = None;
+        // The hook runs the review and looks at the budget while the review
+        // it built is alive: the marker, rather than a race with a scrape.
+        let response = decide(Bytes::from(body.clone()), held, &state, Instant::now(), |b, s| {
+            let reviewed = admission::review(b, s);
+            during = Some((state.bodies.in_flight(), state.bodies.take(1).is_none()));
+            reviewed
+        });
+        assert_eq!(
+            during,
+            Some((body.len(), true)),
+            "(held, and nothing more fits) during the review"
+        );
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(state.bodies.in_flight(), 0, "given back once the review is dropped");
     }
 }
