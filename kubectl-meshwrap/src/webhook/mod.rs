@@ -3,12 +3,15 @@
 //!
 //! - [`admission`]: one AdmissionReview in, one out; pure.
 //! - [`server`]: HTTPS, routes, limits, timeouts and the drain.
-//! - [`limits`]: the caps on connections and handshakes, and each
-//!   connection's deadline.
+//! - [`fair`]: the caps on connections and handshakes, shared fairly by
+//!   source address, and who gives way when they are reached.
+//! - [`limits`]: the budget for request bodies, and each connection's
+//!   deadline.
 //! - [`tls`]: the serving certificate, reloaded when its files change.
 //! - [`metrics`] and [`log`]: what an operator reads.
 
 pub mod admission;
+pub mod fair;
 pub mod limits;
 pub mod log;
 pub mod metrics;

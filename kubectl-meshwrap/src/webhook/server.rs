@@ -10,7 +10,10 @@
 //!   idle keep-alive connection after `--idle-timeout`;
 //! - above `--max-connections` open or `--max-handshakes` under way, a new
 //!   connection is closed at accept, so a flood costs CPU, not the memory
-//!   limit (see [`super::limits`]);
+//!   limit (see [`super::limits`]); unless its source address holds less
+//!   than its fair share, and a connection of the source holding the most,
+//!   still in its handshake or first request, gives way for it; and no
+//!   source holds more than `--max-source-share` (see [`super::fair`]);
 //! - a body above the API server's own 3 MiB limit is refused (413) by its
 //!   Content-Length, or as soon as it grows past it, without being buffered;
 //!   bodies held at once share a budget, and a request it cannot cover is
@@ -51,9 +54,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_rustls::TlsAcceptor;
 
 use super::admission::{self, MAX_BODY, Settings};
-use super::limits::{
-    BODY_BUDGET, BodyBudget, Deadline, Expired, Held, SMALL_BODY, SMALL_LANE, Shed, Slot, Slots, Timed,
-};
+use super::fair::{Caps, Fair, Ticket};
+use super::limits::{BODY_BUDGET, BodyBudget, Deadline, Expired, Held, SMALL_BODY, SMALL_LANE, Timed};
 use super::log;
 use super::metrics::Metrics;
 use super::tls::{Certificates, Reload};
@@ -70,6 +72,8 @@ pub struct Config {
     pub idle_timeout: Duration,
     pub max_connections: usize,
     pub max_handshakes: usize,
+    /// The share of each cap one source address may hold, in percent.
+    pub max_source_share: u8,
     pub shutdown_delay: Duration,
     pub drain_timeout: Duration,
     pub settings: Settings,
@@ -81,7 +85,7 @@ struct State {
     draining: AtomicBool,
     client_timeout: Duration,
     idle_timeout: Duration,
-    slots: Arc<Slots>,
+    fair: Arc<Fair>,
     bodies: Arc<BodyBudget>,
 }
 
@@ -151,7 +155,11 @@ async fn serve(config: Config) -> i32 {
         draining: AtomicBool::new(false),
         client_timeout: config.client_timeout,
         idle_timeout: config.idle_timeout,
-        slots: Slots::new(config.max_connections, config.max_handshakes),
+        fair: Fair::new(Caps {
+            connections: config.max_connections,
+            handshakes: config.max_handshakes,
+            source_share: config.max_source_share,
+        }),
         bodies: BodyBudget::new(BODY_BUDGET, SMALL_LANE, SMALL_BODY),
     });
     let graceful = GracefulShutdown::new();
@@ -194,20 +202,25 @@ fn tls(config: &Config) -> Result<(Arc<Certificates>, TlsAcceptor), (i32, String
     Ok((certificates, TlsAcceptor::from(Arc::new(tls))))
 }
 
-/// One accepted connection: served in a task of its own within the caps,
-/// or closed at once above them.
+/// One accepted connection: served in a task of its own within the caps
+/// and its source's share (another may give way for it), or closed at once.
 async fn accept(
     accepted: std::io::Result<(TcpStream, SocketAddr)>,
     acceptor: &TlsAcceptor,
     state: &Arc<State>,
     graceful: &GracefulShutdown,
 ) {
+    // Evicted connections are closed before more are admitted (see `fair`).
+    state.fair.settled().await;
     match accepted {
-        Ok((tcp, _)) => match state.slots.admit() {
-            Ok(slots) => {
+        Ok((tcp, peer)) => match state.fair.admit(peer.ip()) {
+            Ok(admitted) => {
+                if let Some(phase) = admitted.evicted {
+                    state.metrics.evicted(phase);
+                }
                 tokio::spawn(connection(
                     tcp,
-                    slots,
+                    admitted.ticket,
                     acceptor.clone(),
                     state.clone(),
                     graceful.watcher(),
@@ -215,7 +228,7 @@ async fn accept(
             }
             // Closed at once: the client sees its connection reset or ended.
             Err(why) => {
-                state.metrics.shed(why == Shed::Handshakes);
+                state.metrics.shed(why);
                 drop(tcp);
             }
         },
@@ -287,34 +300,36 @@ async fn reload(certificates: Arc<Certificates>) {
     }
 }
 
-async fn connection(
-    tcp: TcpStream,
-    (_open, handshake): (Slot, Slot),
-    acceptor: TlsAcceptor,
-    state: Arc<State>,
-    watcher: Watcher,
-) {
+/// One connection, from its handshake to its end: closed by a bound, by
+/// the client, by the drain, or when it gives way to a newcomer.
+async fn connection(tcp: TcpStream, ticket: Ticket, acceptor: TlsAcceptor, state: Arc<State>, watcher: Watcher) {
     let _ = tcp.set_nodelay(true);
-    let mut tls = match tokio::time::timeout(state.client_timeout, acceptor.accept(tcp)).await {
-        Ok(Ok(stream)) => stream,
-        // A failed or too slow handshake: nothing to answer.
-        Ok(Err(_)) => return,
-        Err(_) => {
-            state.metrics.closed("handshake");
-            return;
-        }
+    let ticket = Arc::new(ticket);
+    let handshake = tokio::time::timeout(state.client_timeout, acceptor.accept(tcp));
+    let mut tls = tokio::select! {
+        done = handshake => match done {
+            Ok(Ok(stream)) => stream,
+            // A failed or too slow handshake: nothing to answer.
+            Ok(Err(_)) => return,
+            Err(_) => {
+                state.metrics.closed("handshake");
+                return;
+            }
+        },
+        // Counted at eviction; dropping the handshake closes the socket.
+        () = ticket.evicted() => return,
     };
-    drop(handshake);
+    ticket.handshaken();
     tls.get_mut().1.set_buffer_limit(Some(TLS_BUFFER));
     let deadline = Deadline::new(state.client_timeout, state.idle_timeout);
     let io = TokioIo::new(Timed::new(tls, deadline.clone()));
-    let (cycle, shared) = (deadline.clone(), state.clone());
+    let (cycle, shared, place) = (deadline.clone(), state.clone(), ticket.clone());
     let service = service_fn(move |req| {
-        let (state, cycle) = (shared.clone(), cycle.clone());
+        let (state, cycle, ticket) = (shared.clone(), cycle.clone(), place.clone());
         // A request buffered behind another begins its cycle here.
         cycle.begin();
         async move {
-            let answer = handle(req, &state).await;
+            let answer = handle(req, &state, &ticket).await;
             cycle.answered();
             answer
         }
@@ -333,6 +348,8 @@ async fn connection(
             // Dropping the connection closes it, whatever it was waiting for.
             state.metrics.closed(if expired == Expired::Request { "request" } else { "idle" });
         }
+        // Only before its first request arrived whole (see `fair`).
+        () = ticket.evicted() => {}
     }
 }
 
@@ -349,8 +366,13 @@ fn plain(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
     answer(status, "text/plain; charset=utf-8", format!("{body}\n"))
 }
 
-async fn handle(req: Request<Incoming>, state: &State) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(req: Request<Incoming>, state: &State, ticket: &Ticket) -> Result<Response<Full<Bytes>>, Infallible> {
     let started = Instant::now();
+    // A request without a body has arrived whole with its head; a review
+    // once its body has (in `mutate`).
+    if !(req.method() == Method::POST && req.uri().path() == "/mutate") {
+        ticket.answering();
+    }
     Ok(match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => plain(StatusCode::OK, "ok"),
         (&Method::GET, "/readyz") if state.draining.load(Ordering::SeqCst) => {
@@ -360,9 +382,9 @@ async fn handle(req: Request<Incoming>, state: &State) -> Result<Response<Full<B
         (&Method::GET, "/metrics") => answer(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
-            state.metrics.render(state.slots.counts(), state.bodies.in_flight()),
+            state.metrics.render(state.fair.counts(), state.bodies.in_flight()),
         ),
-        (&Method::POST, "/mutate") => mutate(req, state, started).await,
+        (&Method::POST, "/mutate") => mutate(req, state, started, ticket).await,
         (_, "/mutate") => plain(StatusCode::METHOD_NOT_ALLOWED, "POST an AdmissionReview to /mutate"),
         _ => plain(
             StatusCode::NOT_FOUND,
@@ -395,7 +417,7 @@ fn refuse(
     response
 }
 
-async fn mutate(req: Request<Incoming>, state: &State, started: Instant) -> Response<Full<Bytes>> {
+async fn mutate(req: Request<Incoming>, state: &State, started: Instant, ticket: &Ticket) -> Response<Full<Bytes>> {
     let content_type = req
         .headers()
         .get(CONTENT_TYPE)
@@ -427,6 +449,7 @@ async fn mutate(req: Request<Incoming>, state: &State, started: Instant) -> Resp
         Ok(read) => read,
         Err(e) => return refuse_body(state, started, e),
     };
+    ticket.answering();
     decide(body, held, state, started, admission::review)
 }
 
@@ -589,7 +612,11 @@ mod tests {
             draining: AtomicBool::new(false),
             client_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(120),
-            slots: Slots::new(4, 4),
+            fair: Fair::new(Caps {
+                connections: 4,
+                handshakes: 4,
+                source_share: 100,
+            }),
             bodies: BodyBudget::new(budget, 0, 0),
         }
     }
