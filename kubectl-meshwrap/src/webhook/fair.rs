@@ -6,21 +6,27 @@
 //! that can reach the port can dial. The caps of [`super::limits`] protect
 //! the webhook's memory; this table decides, when they are reached, whether
 //! a newcomer gets in and who gives way:
-//! - **Counted by source.** Every connection, and every connection still in
-//!   its TLS handshake, is counted against its [`Source`]: an IPv4 address,
-//!   or an IPv6 /64 (what one host or one tenant is given, so the 2^64
-//!   addresses of one subnet are one source).
+//! - **Counted by source.** Every connection, every connection still in
+//!   its TLS handshake, and every connection still being set up (in its
+//!   handshake or its first request: the *candidates*, which may give way)
+//!   is counted against its [`Source`]: an IPv4 address, or an IPv6 /64
+//!   (what one host or one tenant is given, so the 2^64 addresses of one
+//!   subnet are one source).
 //! - **A cap per source.** No source holds more than `--max-source-share`
 //!   of the connection slots, nor of the handshake slots; above it, its new
 //!   connection is closed at accept, full server or not.
-//! - **Fair shares when full.** When every slot is taken, a newcomer whose
-//!   source holds fewer than its fair share (the slots divided by the
-//!   sources holding one, its own counted) is let in, and a connection
-//!   gives way: one of the source holding the most (more than the
-//!   newcomer's, so the swap never makes the shares less even; among equals,
-//!   the one whose candidate is the oldest), its oldest connection still in
-//!   its handshake or in its first request. A newcomer from a source at or
-//!   above its fair share is closed at accept, as before.
+//! - **Fair shares when full.** When every connection slot is taken, a
+//!   newcomer gets in when another source holds more candidates than the
+//!   newcomer's source (two more, or one when the newcomer's holds none, so
+//!   that two sources never take turns evicting each other): the source
+//!   holding the most gives way (among equals, the one whose candidate is
+//!   the oldest), its oldest candidate. Repeated, this leaves the sources
+//!   that contend for the slots with equal shares of them, each its fair
+//!   share; a newcomer from a source already holding it is closed at
+//!   accept, as before. The handshake slots are shared the same way, by the
+//!   handshakes each source holds. Candidates, not all connections, are
+//!   weighed: the API server's pooled connections are not candidates, so a
+//!   large pool does not cost its new connections their way in.
 //! - **Never one answering.** A connection leaves the candidates for good
 //!   once a request of it has arrived whole ([`Ticket::answering`]): its
 //!   answer is never cut, nor is an API server's pooled connection between
@@ -84,8 +90,8 @@ impl Source {
 /// Why a connection was closed at accept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refused {
-    /// Every connection slot is taken, and the newcomer's source holds its
-    /// fair share, or no heavier source has a candidate to give way.
+    /// Every connection slot is taken, and no source holds enough more
+    /// candidates than the newcomer's to give way.
     Connections,
     /// The same, for the handshake slots.
     Handshakes,
@@ -129,8 +135,8 @@ struct Holding {
     connections: usize,
     /// Connections in their handshake, oldest first (ids grow).
     handshakes: BTreeSet<u64>,
-    /// Connections that may give way (in their handshake or first request),
-    /// oldest first.
+    /// The candidates: connections that may give way (in their handshake
+    /// or first request), oldest first.
     candidates: BTreeMap<u64, Arc<Conn>>,
 }
 
@@ -139,8 +145,6 @@ struct Table {
     sources: HashMap<Source, Holding>,
     open: usize,
     handshaking: usize,
-    /// Sources holding at least one handshake.
-    handshaking_sources: usize,
     /// Evicted connections whose task has not ended yet.
     dying: usize,
     next: u64,
@@ -219,29 +223,25 @@ impl Fair {
     }
 
     /// A slot for a connection just accepted from `ip`, or why it is
-    /// refused. When the server is full and the newcomer's source holds
-    /// less than its fair share, a connection of the heaviest source gives
-    /// way (it is told through its [`Ticket::evicted`]).
+    /// refused. When the server is full and another source holds more
+    /// candidates than the newcomer's, the heaviest's oldest gives way (it
+    /// is told through its [`Ticket::evicted`]).
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admitted, Refused> {
         let source = Source::of(ip);
         let mut t = self.lock();
-        let (connections, handshakes) = t.held(source);
-        self.within_share(connections, handshakes)?;
+        let held = t.held(source);
+        self.within_share(held.connections, held.handshakes)?;
         let mut evicted = None;
         if t.handshaking >= self.caps.handshakes {
-            let sources = t.handshaking_sources + usize::from(handshakes == 0);
-            let victim = fair_share(handshakes, self.caps.handshakes, sources)
-                .then(|| t.handshake_victim(source, handshakes))
-                .flatten()
+            let victim = t
+                .handshake_victim(source, held.handshakes)
                 .filter(|_| t.dying < self.caps.handshakes)
                 .ok_or(Refused::Handshakes)?;
             evicted = Some(t.evict(victim));
         }
         if t.open >= self.caps.connections {
-            let sources = t.sources.len() + usize::from(connections == 0);
-            let victim = fair_share(connections, self.caps.connections, sources)
-                .then(|| t.connection_victim(source, connections))
-                .flatten()
+            let victim = t
+                .connection_victim(source, held.candidates)
                 .filter(|_| t.dying < self.caps.handshakes)
                 .ok_or(Refused::Connections)?;
             evicted = Some(t.evict(victim));
@@ -278,10 +278,11 @@ impl Fair {
     }
 }
 
-/// Whether a source holding `held` of `slots`, shared among `sources`
-/// (its own counted), holds less than its fair share: held < slots / sources.
-fn fair_share(held: usize, slots: usize, sources: usize) -> bool {
-    held * sources < slots
+/// What one source holds.
+struct Held {
+    connections: usize,
+    handshakes: usize,
+    candidates: usize,
 }
 
 /// Whether a source holding `held` may give way to a newcomer whose source
@@ -293,11 +294,19 @@ fn gives_way(held: usize, newcomer: usize) -> bool {
 }
 
 impl Table {
-    /// (connections, handshakes) `source` holds.
-    fn held(&self, source: Source) -> (usize, usize) {
-        self.sources
-            .get(&source)
-            .map_or((0, 0), |h| (h.connections, h.handshakes.len()))
+    fn held(&self, source: Source) -> Held {
+        self.sources.get(&source).map_or(
+            Held {
+                connections: 0,
+                handshakes: 0,
+                candidates: 0,
+            },
+            |h| Held {
+                connections: h.connections,
+                handshakes: h.handshakes.len(),
+                candidates: h.candidates.len(),
+            },
+        )
     }
 
     fn add(&mut self, source: Source, conn: Arc<Conn>) -> u64 {
@@ -305,9 +314,6 @@ impl Table {
         self.next += 1;
         let holding = self.sources.entry(source).or_default();
         holding.connections += 1;
-        if holding.handshakes.is_empty() {
-            self.handshaking_sources += 1;
-        }
         holding.handshakes.insert(id);
         holding.candidates.insert(id, conn);
         self.open += 1;
@@ -326,14 +332,13 @@ impl Table {
             .map(|(_, s, id)| (s, id))
     }
 
-    /// The oldest candidate of the source holding the most connections
-    /// among those with a candidate, if it [`gives_way`] to the newcomer's
-    /// `held`.
+    /// The oldest candidate of the source holding the most candidates, if
+    /// it [`gives_way`] to the newcomer's `held`.
     fn connection_victim(&self, newcomer: Source, held: usize) -> Option<(Source, u64)> {
         self.sources
             .iter()
-            .filter(|(s, h)| **s != newcomer && gives_way(h.connections, held))
-            .filter_map(|(s, h)| h.candidates.keys().next().map(|id| (h.connections, *s, *id)))
+            .filter(|(s, h)| **s != newcomer && gives_way(h.candidates.len(), held))
+            .filter_map(|(s, h)| h.candidates.keys().next().map(|id| (h.candidates.len(), *s, *id)))
             .max_by(|a, b| a.0.cmp(&b.0).then(b.2.cmp(&a.2)))
             .map(|(_, s, id)| (s, id))
     }
@@ -361,12 +366,7 @@ impl Table {
         if holding.connections == 0 {
             self.sources.remove(&source);
         }
-        if handshaking {
-            self.handshaking -= 1;
-            if self.sources.get(&source).is_none_or(|h| h.handshakes.is_empty()) {
-                self.handshaking_sources -= 1;
-            }
-        }
+        self.handshaking -= usize::from(handshaking);
         self.open -= 1;
         (conn, handshaking)
     }
@@ -385,9 +385,6 @@ impl Ticket {
             && holding.handshakes.remove(&self.id)
         {
             t.handshaking -= 1;
-            if holding.handshakes.is_empty() {
-                t.handshaking_sources -= 1;
-            }
         }
     }
 
@@ -495,7 +492,7 @@ mod tests {
     }
 
     #[test]
-    fn when_full_a_newcomer_below_its_fair_share_evicts_the_oldest_candidate_of_the_heaviest_source() {
+    fn when_full_a_newcomer_from_a_lighter_source_evicts_the_oldest_candidate_of_the_heaviest() {
         let fair = fair(4, 4, 100);
         let heavy: Vec<Ticket> = (0..3).map(|_| open(&fair, ip(2))).collect();
         let light = open(&fair, ip(3));
@@ -505,9 +502,9 @@ mod tests {
         assert!(heavy[0].is_evicted(), "the heaviest source's oldest gives way");
         assert!(!heavy[1].is_evicted() && !heavy[2].is_evicted() && !light.is_evicted());
         assert_eq!(fair.counts().open, 4);
-        // The heavy source (2 of 4, among 3 sources) is above its fair share: refused.
+        // The heavy source (2 candidates, the others 1) has its fair share: refused.
         assert_eq!(fair.admit(ip(2)).err(), Some(Refused::Connections));
-        // A source holding as much as the heaviest is refused too (no swap evens anything).
+        // So is one holding one less than the heaviest (a swap would only reverse them).
         assert_eq!(fair.admit(ip(3)).err(), Some(Refused::Connections));
         drop(heavy);
         assert_eq!(
@@ -518,6 +515,21 @@ mod tests {
                 sources: 2
             }
         );
+    }
+
+    #[test]
+    fn a_source_with_a_large_pool_of_answered_connections_still_gets_a_newcomer_in() {
+        let fair = fair(10, 10, 100);
+        // An API server's pool: six connections, each answered once.
+        let pool: Vec<Ticket> = (0..6).map(|_| open(&fair, ip(2))).collect();
+        pool.iter().for_each(Ticket::answering);
+        // Two slow clients from each of two other sources: full.
+        let slow: Vec<Ticket> = [3, 3, 4, 4].iter().map(|last| open(&fair, ip(*last))).collect();
+        // The pool's source holds the most connections but no candidate:
+        // its new connection takes the oldest slow client's place.
+        let newcomer = fair.admit(ip(2)).unwrap();
+        assert_eq!(newcomer.evicted, Some(Phase::Request));
+        assert!(slow[0].is_evicted() && pool.iter().all(|t| !t.is_evicted()));
     }
 
     #[test]
@@ -631,6 +643,5 @@ mod tests {
         drop(held);
         let t = fair.lock();
         assert_eq!((t.sources.len(), t.open, t.handshaking, t.dying), (0, 0, 0, 0));
-        assert_eq!(t.handshaking_sources, 0);
     }
 }

@@ -166,7 +166,7 @@ fn fairness(out: &mut String, m: &Inner, sources: usize) {
     out.push_str("# TYPE meshwrap_webhook_sources gauge\n");
     let _ = writeln!(out, "meshwrap_webhook_sources {sources}");
     out.push_str(
-        "# HELP meshwrap_webhook_connections_evicted_total Connections closed to let in a newcomer from a source holding less than its fair share, by the phase they were in.\n",
+        "# HELP meshwrap_webhook_connections_evicted_total Connections still in their handshake or first request, closed to let in a newcomer from a source holding fewer of those, by the phase they were in.\n",
     );
     out.push_str("# TYPE meshwrap_webhook_connections_evicted_total counter\n");
     for (phase, count) in ["handshake", "request"].iter().zip(m.evicted) {

@@ -10,10 +10,10 @@
 //!   idle keep-alive connection after `--idle-timeout`;
 //! - above `--max-connections` open or `--max-handshakes` under way, a new
 //!   connection is closed at accept, so a flood costs CPU, not the memory
-//!   limit (see [`super::limits`]); unless its source address holds less
-//!   than its fair share, and a connection of the source holding the most,
-//!   still in its handshake or first request, gives way for it; and no
-//!   source holds more than `--max-source-share` (see [`super::fair`]);
+//!   limit (see [`super::limits`]), unless the source address holding the
+//!   most connections still in their handshake or first request (more
+//!   than the newcomer's) gives way for it, its oldest such; and no source
+//!   holds more than `--max-source-share` (see [`super::fair`]);
 //! - a body above the API server's own 3 MiB limit is refused (413) by its
 //!   Content-Length, or as soon as it grows past it, without being buffered;
 //!   bodies held at once share a budget, and a request it cannot cover is
