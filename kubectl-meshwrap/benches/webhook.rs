@@ -1125,11 +1125,17 @@ fn body_flood(setup: &Setup) -> (String, bool) {
          {rows_group}{rows_legit}\
          | big-body clients | {BODY_CLIENTS} at once, {BODY_SIZE} bytes each over about 6 s: {} answered 200, {} answered 503 (body budget), {} other, {} failed | | |\n\
          | refused for the body budget (/metrics) | {busy} | | |\n\
+         | evicted for a newcomer (/metrics) | in their handshake {}, in their first request {} | | |\n\
          | body bytes in flight (peak of /metrics every 250 ms) | {} | | |\n",
         count(200),
         count(503),
         statuses.len() - count(200) - count(503) - count(0),
         count(0),
+        metric(
+            &w.last,
+            "meshwrap_webhook_connections_evicted_total{phase=\"handshake\"}"
+        ),
+        metric(&w.last, "meshwrap_webhook_connections_evicted_total{phase=\"request\"}"),
         mb(w.body_bytes as f64),
     );
     (table, group_ok && legit_ok)
@@ -1254,7 +1260,10 @@ fn write_section(setup: &Setup, steady: &str, one: &str, many: &str, bodies: &st
          for bodies of at most 64 KiB (every ordinary pod); a request the budget cannot cover is answered 503 \
          with Retry-After at once. The server before the budget (at 07eee1f) was OOM-killed by this run. \
          Each big-body client tries once: those refused would have to retry, so a flood of big bodies \
-         costs other big bodies their turn, not the ordinary pods.\n\n{bodies}",
+         costs other big bodies their turn, not the ordinary pods. The {BODY_CLIENTS} clients dial at \
+         once, more than the 64 handshake slots, each from an address holding none: each newcomer takes \
+         the place of the oldest handshake, and a client whose handshake is evicted after it has sent its \
+         last message (the server had not read it yet) fails: those are the failed ones.\n\n{bodies}",
         FLOOD.as_secs(),
         FRESH_EVERY.as_millis(),
     );

@@ -30,9 +30,12 @@
 //! - **Never one answering.** A connection leaves the candidates for good
 //!   once a request of it has arrived whole ([`Ticket::answering`]): its
 //!   answer is never cut, nor is an API server's pooled connection between
-//!   requests (closing an idle keep-alive connection could race a request
-//!   the API server is writing on it, and Go does not retry a POST that
-//!   was written).
+//!   requests: closing an idle keep-alive connection could race a request
+//!   the API server is writing on it, and Go's client retries a request on
+//!   a kept connection the server closed only when nothing of it was
+//!   written, or when it is replayable, which a POST is not without an
+//!   Idempotency-Key header (Go's net/http, src/net/http/transport.go
+//!   `shouldRetryRequest` and request.go `isReplayable`).
 //!
 //! So a slow client, from however many connections of one source, gives
 //! way to a client that completes its handshake and sends its request
