@@ -20,7 +20,10 @@
 //!   newcomer's source (two more, or one when the newcomer's holds none, so
 //!   that two sources never take turns evicting each other): the source
 //!   holding the most gives way (among equals, the one whose candidate is
-//!   the oldest), its oldest candidate. Repeated, this leaves the sources
+//!   the oldest), its oldest candidate that waits on its client: one whose
+//!   client's bytes wait unread in the kernel is waiting on the server (its
+//!   task has not run yet, as when handshakes queue for the CPU), and is
+//!   passed over ([`Conn::waiting_on_us`]). Repeated, this leaves the sources
 //!   that contend for the slots with equal shares of them, each its fair
 //!   share; a newcomer from a source already holding it is closed at
 //!   accept, as before. The handshake slots are shared the same way, by the
@@ -63,7 +66,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
@@ -130,7 +134,34 @@ impl Caps {
 struct Conn {
     evicted: AtomicBool,
     wake: Notify,
+    /// Its socket, to see whether it waits on its client or on us; -1 once
+    /// the connection is going (or in tests without one).
+    fd: AtomicI32,
 }
+
+impl Conn {
+    /// Whether bytes its client sent wait unread in the kernel: then the
+    /// server, not the client, is slow (its task has not run yet), and the
+    /// connection is passed over as a victim.
+    fn waiting_on_us(&self) -> bool {
+        let fd = self.fd.load(Ordering::Relaxed);
+        if fd < 0 {
+            return false;
+        }
+        let mut unread: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one c_int through the pointer, which is
+        // valid for the call. The fd is the connection's socket, set while
+        // its task owns it and cleared under the table's lock when the
+        // connection leaves; if the task has just closed it, the call fails
+        // or reads another socket's count, which only changes which
+        // candidate gives way.
+        let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut unread) };
+        r == 0 && unread > 0
+    }
+}
+
+/// How many candidates the choice of a victim looks at, at most.
+const PROBES: usize = 64;
 
 /// What one source holds.
 #[derive(Default)]
@@ -141,6 +172,22 @@ struct Holding {
     /// The candidates: connections that may give way (in their handshake
     /// or first request), oldest first.
     candidates: BTreeMap<u64, Arc<Conn>>,
+}
+
+impl Holding {
+    /// Its connections that may give way, oldest first: only those in their
+    /// handshake when `handshakes`.
+    fn may_give_way(&self, handshakes: bool) -> impl Iterator<Item = u64> + '_ {
+        let (only_handshakes, all) = match handshakes {
+            true => (Some(self.handshakes.iter()), None),
+            false => (None, Some(self.candidates.keys())),
+        };
+        only_handshakes
+            .into_iter()
+            .flatten()
+            .chain(all.into_iter().flatten())
+            .copied()
+    }
 }
 
 #[derive(Default)]
@@ -236,22 +283,23 @@ impl Fair {
         self.within_share(held.connections, held.handshakes)?;
         let mut evicted = None;
         if t.handshaking >= self.caps.handshakes {
-            let victim = t
-                .handshake_victim(source, held.handshakes)
-                .filter(|_| t.dying < self.caps.handshakes)
+            let victim = (t.dying < self.caps.handshakes)
+                .then(|| t.handshake_victim(source, held.handshakes))
+                .flatten()
                 .ok_or(Refused::Handshakes)?;
             evicted = Some(t.evict(victim));
         }
         if t.open >= self.caps.connections {
-            let victim = t
-                .connection_victim(source, held.candidates)
-                .filter(|_| t.dying < self.caps.handshakes)
+            let victim = (t.dying < self.caps.handshakes)
+                .then(|| t.connection_victim(source, held.candidates))
+                .flatten()
                 .ok_or(Refused::Connections)?;
             evicted = Some(t.evict(victim));
         }
         let conn = Arc::new(Conn {
             evicted: AtomicBool::new(false),
             wake: Notify::new(),
+            fd: AtomicI32::new(-1),
         });
         let id = t.add(source, conn.clone());
         drop(t);
@@ -327,23 +375,63 @@ impl Table {
     /// The oldest handshake of the source holding the most handshakes, if it
     /// [`gives_way`] to the newcomer's `held`.
     fn handshake_victim(&self, newcomer: Source, held: usize) -> Option<(Source, u64)> {
-        self.sources
-            .iter()
-            .filter(|(s, h)| **s != newcomer && gives_way(h.handshakes.len(), held))
-            .filter_map(|(s, h)| h.handshakes.first().map(|id| (h.handshakes.len(), *s, *id)))
-            .max_by(|a, b| a.0.cmp(&b.0).then(b.2.cmp(&a.2)))
-            .map(|(_, s, id)| (s, id))
+        self.victim(
+            newcomer,
+            |h| gives_way(h.handshakes.len(), held).then_some(h.handshakes.len()),
+            true,
+        )
     }
 
     /// The oldest candidate of the source holding the most candidates, if
     /// it [`gives_way`] to the newcomer's `held`.
     fn connection_victim(&self, newcomer: Source, held: usize) -> Option<(Source, u64)> {
-        self.sources
+        self.victim(
+            newcomer,
+            |h| gives_way(h.candidates.len(), held).then_some(h.candidates.len()),
+            false,
+        )
+    }
+
+    /// The victim: among the sources `weight` lets give way (other than the
+    /// newcomer's), the heaviest first (among equals, the one whose oldest
+    /// is the oldest), its oldest candidate (its oldest handshake when
+    /// `handshakes`) that is not [`Conn::waiting_on_us`]; at most
+    /// [`PROBES`] candidates looked at. One pass over the sources finds the
+    /// heaviest; only when none of its candidates will do are the others
+    /// sorted.
+    fn victim(
+        &self,
+        newcomer: Source,
+        weight: impl Fn(&Holding) -> Option<usize>,
+        handshakes: bool,
+    ) -> Option<(Source, u64)> {
+        let order = |a: &(usize, u64, Source), b: &(usize, u64, Source)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+        let mut eligible = self
+            .sources
             .iter()
-            .filter(|(s, h)| **s != newcomer && gives_way(h.candidates.len(), held))
-            .filter_map(|(s, h)| h.candidates.keys().next().map(|id| (h.candidates.len(), *s, *id)))
-            .max_by(|a, b| a.0.cmp(&b.0).then(b.2.cmp(&a.2)))
-            .map(|(_, s, id)| (s, id))
+            .filter(|(s, _)| **s != newcomer)
+            .filter_map(|(s, h)| Some((weight(h)?, h.may_give_way(handshakes).next()?, *s)));
+        let heaviest = eligible.clone().min_by(order)?;
+        let mut probes = 0;
+        let mut try_source = |source: Source| {
+            let holding = &self.sources[&source];
+            for id in holding.may_give_way(handshakes) {
+                if probes == PROBES {
+                    return None;
+                }
+                probes += 1;
+                if !holding.candidates[&id].waiting_on_us() {
+                    return Some((source, id));
+                }
+            }
+            None
+        };
+        if let Some(victim) = try_source(heaviest.2) {
+            return Some(victim);
+        }
+        let mut rest: Vec<(usize, u64, Source)> = eligible.by_ref().filter(|e| e.2 != heaviest.2).collect();
+        rest.sort_unstable_by(order);
+        rest.into_iter().find_map(|(_, _, source)| try_source(source))
     }
 
     /// Takes a candidate out of the counts and tells its task to close it.
@@ -376,6 +464,12 @@ impl Table {
 }
 
 impl Ticket {
+    /// The connection's socket, so that one waiting on the server is not
+    /// chosen to give way (see [`Conn::waiting_on_us`]).
+    pub fn watch(&self, fd: RawFd) {
+        self.conn.fd.store(fd, Ordering::Relaxed);
+    }
+
     /// The TLS handshake is over: the handshake slot is given back (the
     /// connection may still give way until its first request arrives).
     pub fn handshaken(&self) {
@@ -416,6 +510,7 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut t = self.fair.lock();
+        self.conn.fd.store(-1, Ordering::Relaxed);
         if self.conn.evicted.load(Ordering::Relaxed) {
             t.dying -= 1;
             self.fair.ended.notify_one();
@@ -533,6 +628,36 @@ mod tests {
         let newcomer = fair.admit(ip(2)).unwrap();
         assert_eq!(newcomer.evicted, Some(Phase::Request));
         assert!(slow[0].is_evicted() && pool.iter().all(|t| !t.is_evicted()));
+    }
+
+    #[test]
+    fn a_candidate_whose_client_has_sent_what_the_server_has_not_read_yet_is_passed_over() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        use std::os::unix::net::UnixStream;
+        let fair = fair(3, 3, 100);
+        let (older_end, mut older_client) = UnixStream::pair().unwrap();
+        let (younger_end, _younger_client) = UnixStream::pair().unwrap();
+        let older = open(&fair, ip(2));
+        older.watch(older_end.as_raw_fd());
+        let younger = open(&fair, ip(2));
+        younger.watch(younger_end.as_raw_fd());
+        let other = open(&fair, ip(3));
+        // The older one's client has sent its request; the server's task has not read it yet.
+        older_client.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").unwrap();
+        let _first = fair.admit(ip(4)).unwrap();
+        assert!(
+            younger.is_evicted() && !older.is_evicted(),
+            "the server's delay is not the client's"
+        );
+        // Every source now holds one candidate: the oldest not waiting on the server gives way.
+        let _second = fair.admit(ip(5)).unwrap();
+        assert!(other.is_evicted() && !older.is_evicted());
+        // When every candidate that could give way waits on the server, the newcomer is refused.
+        let only = self::fair(1, 1, 100);
+        let waiting = only.admit(ip(2)).unwrap().ticket;
+        waiting.watch(older_end.as_raw_fd());
+        assert_eq!(only.admit(ip(3)).err(), Some(Refused::Handshakes));
     }
 
     #[test]

@@ -304,6 +304,7 @@ async fn reload(certificates: Arc<Certificates>) {
 /// the client, by the drain, or when it gives way to a newcomer.
 async fn connection(tcp: TcpStream, ticket: Ticket, acceptor: TlsAcceptor, state: Arc<State>, watcher: Watcher) {
     let _ = tcp.set_nodelay(true);
+    ticket.watch(std::os::fd::AsRawFd::as_raw_fd(&tcp));
     let ticket = Arc::new(ticket);
     let handshake = tokio::time::timeout(state.client_timeout, acceptor.accept(tcp));
     let mut tls = tokio::select! {
