@@ -21,7 +21,7 @@
 
 /// What a pod gets for `restartPolicy` when its manifest names none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Default {
+pub enum RestartDefault {
     /// Written in by the operator or the API server.
     Policy(&'static str),
     /// Nothing: the object (or the Job the operator makes of it) is refused
@@ -38,11 +38,11 @@ pub struct Fact {
     pub version: &'static str,
     pub kinds: &'static [&'static str],
     pub replica: &'static str,
-    pub default: Default,
+    pub default: RestartDefault,
     pub source: &'static str,
 }
 
-const JOB: Default = Default::Required("Never or OnFailure");
+const JOB: RestartDefault = RestartDefault::Required("Never or OnFailure");
 
 /// The table. Each training-operator row also holds in kubeflow/trainer
 /// v1.9.4 (the same code, renamed repository).
@@ -55,7 +55,7 @@ pub const FACTS: &[Fact] = &[
         version: "v1",
         kinds: &["TFJob"],
         replica: "*",
-        default: Default::Policy("Never"),
+        default: RestartDefault::Policy("Never"),
         source: concat!(
             "kubeflow/training-operator v1.9.0 pkg/apis/kubeflow.org/v1/tensorflow_types.go ",
             "TFJobDefaultRestartPolicy = RestartPolicyNever, set by tensorflow_defaults.go SetDefaults_TFJob"
@@ -66,7 +66,7 @@ pub const FACTS: &[Fact] = &[
         version: "v1",
         kinds: &["PyTorchJob"],
         replica: "*",
-        default: Default::Policy("OnFailure"),
+        default: RestartDefault::Policy("OnFailure"),
         source: concat!(
             "kubeflow/training-operator v1.9.0 pkg/apis/kubeflow.org/v1/pytorch_types.go ",
             "PyTorchJobDefaultRestartPolicy = RestartPolicyOnFailure, set by pytorch_defaults.go SetDefaults_PyTorchJob"
@@ -77,7 +77,7 @@ pub const FACTS: &[Fact] = &[
         version: "v1",
         kinds: &["XGBoostJob"],
         replica: "*",
-        default: Default::Policy("Never"),
+        default: RestartDefault::Policy("Never"),
         source: concat!(
             "kubeflow/training-operator v1.9.0 pkg/apis/kubeflow.org/v1/xgboost_types.go ",
             "XGBoostJobDefaultRestartPolicy = RestartPolicyNever, set by xgboost_defaults.go SetDefaults_XGBoostJob"
@@ -88,7 +88,7 @@ pub const FACTS: &[Fact] = &[
         version: "v1",
         kinds: &["JAXJob"],
         replica: "*",
-        default: Default::Policy("Never"),
+        default: RestartDefault::Policy("Never"),
         source: concat!(
             "kubeflow/training-operator v1.9.0 pkg/apis/kubeflow.org/v1/jax_types.go ",
             "JAXJobDefaultRestartPolicy = RestartPolicyNever, set by jax_defaults.go SetDefaults_JAXJob"
@@ -99,7 +99,7 @@ pub const FACTS: &[Fact] = &[
         version: "v1",
         kinds: &["PaddleJob"],
         replica: "*",
-        default: Default::Policy("OnFailure"),
+        default: RestartDefault::Policy("OnFailure"),
         source: concat!(
             "kubeflow/training-operator v1.9.0 pkg/apis/kubeflow.org/v1/paddlepaddle_types.go ",
             "PaddleJobDefaultRestartPolicy = RestartPolicyOnFailure (since v1.6.0), set by ",
@@ -113,7 +113,7 @@ pub const FACTS: &[Fact] = &[
         version: "v1",
         kinds: &["MPIJob"],
         replica: "Launcher",
-        default: Default::Policy("Never"),
+        default: RestartDefault::Policy("Never"),
         source: concat!(
             "kubeflow/training-operator v1.9.0 pkg/apis/kubeflow.org/v1/mpi_types.go ",
             "MPIJobDefaultRestartPolicy = RestartPolicyNever, set for Launcher and Worker by mpi_defaults.go SetDefaults_MPIJob"
@@ -124,7 +124,7 @@ pub const FACTS: &[Fact] = &[
         version: "v1",
         kinds: &["MPIJob"],
         replica: "Worker",
-        default: Default::Policy("Never"),
+        default: RestartDefault::Policy("Never"),
         source: concat!(
             "kubeflow/training-operator v1.9.0 pkg/apis/kubeflow.org/v1/mpi_types.go ",
             "MPIJobDefaultRestartPolicy = RestartPolicyNever, set for Launcher and Worker by mpi_defaults.go SetDefaults_MPIJob"
@@ -137,7 +137,7 @@ pub const FACTS: &[Fact] = &[
         version: "v2beta1",
         kinds: &["MPIJob"],
         replica: "Launcher",
-        default: Default::Policy("OnFailure"),
+        default: RestartDefault::Policy("OnFailure"),
         source: concat!(
             "kubeflow/mpi-operator v0.8.0 pkg/apis/kubeflow/v2beta1/constants.go ",
             "DefaultLauncherRestartPolicy = RestartPolicyOnFailure (since v0.4.0), set by default.go ",
@@ -150,7 +150,7 @@ pub const FACTS: &[Fact] = &[
         version: "v2beta1",
         kinds: &["MPIJob"],
         replica: "Worker",
-        default: Default::Policy("Never"),
+        default: RestartDefault::Policy("Never"),
         source: concat!(
             "kubeflow/mpi-operator v0.8.0 pkg/apis/kubeflow/v2beta1/constants.go ",
             "DefaultRestartPolicy = RestartPolicyNever, set by default.go setDefaultsTypeWorker"
@@ -162,7 +162,7 @@ pub const FACTS: &[Fact] = &[
         version: "*",
         kinds: &["JobSet"],
         replica: "*",
-        default: Default::Policy("OnFailure"),
+        default: RestartDefault::Policy("OnFailure"),
         source: concat!(
             "kubernetes-sigs/jobset v0.12.0 pkg/webhooks/jobset_webhook.go Default: ",
             "\"Default pod restart policy to OnFailure\" for each replicatedJobs[].template.spec.template ",
@@ -176,10 +176,10 @@ pub const FACTS: &[Fact] = &[
         version: "*",
         kinds: &["TrainingRuntime", "ClusterTrainingRuntime"],
         replica: "*",
-        default: Default::Policy("OnFailure"),
+        default: RestartDefault::Policy("OnFailure"),
         source: concat!(
             "kubeflow/trainer v2.3.0 pkg/runtime/framework/plugins/jobset/builder.go builds a JobSet from ",
-            "spec.template and pkg/controller/trainjob_controller.go applies it (no restartPolicy anywhere in pkg/); ",
+            "spec.template and pkg/controller/trainjob_controller.go applies it (no code in pkg/ sets restartPolicy); ",
             "go.mod pins sigs.k8s.io/jobset v0.12.0, whose webhook defaults OnFailure (see JobSet)"
         ),
     },
@@ -209,11 +209,12 @@ pub const FACTS: &[Fact] = &[
             "CronWorkflow",
         ],
         replica: "*",
-        default: Default::Policy("Never"),
+        default: RestartDefault::Policy("Never"),
         source: concat!(
-            "argoproj/argo-workflows v4.1.2 workflow/controller/workflowpod.go createWorkflowPod: ",
-            "RestartPolicy: apiv1.RestartPolicyNever (the same in v3.5.0-v4.0.0), before processPodSpecPatch ",
-            "applies the workflow's and the template's podSpecPatch; retryStrategy retries in new pods"
+            "argoproj/argo-workflows v4.1.2 workflow/controller/workflowpod.go podBuilder.build: ",
+            "RestartPolicy: apiv1.RestartPolicyNever (createWorkflowPod, the same, in v3.5.0-v4.0.0); then ",
+            "util.ApplyPodSpecPatch applies the workflow's and the template's podSpecPatch over it; ",
+            "retryStrategy retries in new pods"
         ),
     },
     // Kubernetes itself.
@@ -222,7 +223,7 @@ pub const FACTS: &[Fact] = &[
         version: "*",
         kinds: &["Pod"],
         replica: "*",
-        default: Default::Policy("Always"),
+        default: RestartDefault::Policy("Always"),
         source: concat!(
             "kubernetes/kubernetes pkg/apis/core/v1/defaults.go SetDefaults_PodSpec ",
             "(obj.RestartPolicy = v1.RestartPolicyAlways); kubernetes/api v0.36.3 (Kubernetes 1.36) ",
@@ -234,11 +235,12 @@ pub const FACTS: &[Fact] = &[
         version: "*",
         kinds: &["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet"],
         replica: "*",
-        default: Default::Policy("Always"),
+        default: RestartDefault::Policy("Always"),
         source: concat!(
-            "kubernetes/api v0.36.3 apps/v1/types.go DeploymentSpec, StatefulSetSpec, DaemonSetSpec, ",
-            "ReplicaSetSpec .Template: \"The only allowed template.spec.restartPolicy value is Always\"; ",
-            "SetDefaults_PodSpec writes it"
+            "kubernetes/api v0.36.3 apps/v1/types.go DeploymentSpec, StatefulSetSpec, DaemonSetSpec .Template: ",
+            "\"The only allowed template.spec.restartPolicy value is Always\"; kubernetes/kubernetes ",
+            "pkg/apis/apps/validation/validation.go ValidatePodTemplateSpecForReplicaSet refuses any other for a ",
+            "ReplicaSet; SetDefaults_PodSpec writes it"
         ),
     },
     Fact {
@@ -246,7 +248,7 @@ pub const FACTS: &[Fact] = &[
         version: "*",
         kinds: &["ReplicationController"],
         replica: "*",
-        default: Default::Policy("Always"),
+        default: RestartDefault::Policy("Always"),
         source: concat!(
             "kubernetes/api v0.36.3 core/v1/types.go ReplicationControllerSpec.Template: ",
             "\"The only allowed template.spec.restartPolicy value is Always\"; SetDefaults_PodSpec writes it"
@@ -584,7 +586,7 @@ mod tests {
                 "templates": [{"name": "main", "container": container(), "podSpecPatch": "restartPolicy: OnFailure"}]}});
         assert_eq!(
             lookup("argoproj.io/v1alpha1", "Workflow", "").unwrap().default,
-            Default::Policy("Never")
+            RestartDefault::Policy("Never")
         );
         assert_eq!(policies(doc), [pair("template main", "never")]);
     }

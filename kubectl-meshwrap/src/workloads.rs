@@ -12,7 +12,7 @@
 
 use serde_json::Value;
 
-use crate::operators::{self, Default};
+use crate::operators::{self, RestartDefault};
 use crate::patch::{Path, Seg, get, key, under};
 use crate::transform::{Place, Restart};
 
@@ -151,8 +151,8 @@ pub fn kubeflow(kind: &str) -> Option<(&'static str, &'static str)> {
 /// none, the field to set.
 fn restart_of(api: &str, kind: &str, template: &str) -> Restart {
     match operators::lookup(api, kind, "").map(|f| f.default) {
-        Some(Default::Policy(policy)) => Restart::PodSpec(policy),
-        Some(Default::Required(accepts)) => Restart::Required(format!(
+        Some(RestartDefault::Policy(policy)) => Restart::PodSpec(policy),
+        Some(RestartDefault::Required(accepts)) => Restart::Required(format!(
             "no restartPolicy, and a {kind}'s pod template has no default (it takes {accepts}): \
              set {template}.spec.restartPolicy"
         )),
@@ -168,7 +168,7 @@ fn restart_of(api: &str, kind: &str, template: &str) -> Restart {
 /// operator runs it on the pods (over the template's).
 fn replica_restart(api: &str, kind: &str, field: &str, replica: &str, spec: &Value) -> Restart {
     let default = || match operators::lookup(api, kind, replica).map(|f| f.default) {
-        Some(Default::Policy(policy)) => Some(policy),
+        Some(RestartDefault::Policy(policy)) => Some(policy),
         _ => None,
     };
     match spec.get("restartPolicy").and_then(Value::as_str).or_else(default) {
