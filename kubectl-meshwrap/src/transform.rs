@@ -205,6 +205,11 @@ pub enum Restart {
     Replica(Option<String>),
     /// An Argo step: Argo stops the sidecars itself.
     Argo,
+    /// The pod spec's `restartPolicy`; when it has none, there is no default
+    /// to assume, and the template is skipped for this reason.
+    Required(String),
+    /// No restart policy can be told: skipped for this reason.
+    Unknown(String),
 }
 
 /// Where one pod template's parts are, from the document's root.
@@ -344,15 +349,17 @@ fn fit(pod: &Pod, opts: &Options) -> Result<Fit, Outcome> {
 }
 
 /// The restart policy the pod template inherits (a Kubeflow replica's
-/// overrides the pod's); `None` for an Argo step, which Argo ends itself.
-fn restart_policy(doc: &Value, place: &Place) -> Option<String> {
-    Some(match &place.restart {
-        Restart::Argo => return None,
+/// overrides the pod's); `None` for an Argo step, which Argo ends itself;
+/// skipped where none can be told (`operators.rs` has no default).
+fn restart_policy(doc: &Value, place: &Place) -> Result<Option<String>, Outcome> {
+    let own = || text(get(doc, &place.spec).and_then(|s| s.get("restartPolicy")));
+    Ok(Some(match &place.restart {
+        Restart::Argo => return Ok(None),
         Restart::Replica(policy) => policy.clone().unwrap_or_else(|| "Never".into()),
-        Restart::PodSpec(default) => text(get(doc, &place.spec).and_then(|s| s.get("restartPolicy")))
-            .unwrap_or(default)
-            .to_string(),
-    })
+        Restart::PodSpec(default) => own().unwrap_or(default).to_string(),
+        Restart::Required(why) => own().ok_or_else(|| skip("restart-policy", why.clone()))?.to_string(),
+        Restart::Unknown(why) => return Err(skip("restart-policy", why.clone())),
+    }))
 }
 
 /// The op that gives the pod whose metadata is at `metadata` the status
@@ -669,7 +676,7 @@ fn needs_command(chosen: &Candidate) -> Result<(), Outcome> {
 /// container's restart behaviour calls for (its own restart policy over the
 /// pod's, and its restart rules); with the exit codes that restart it.
 fn quit_policy(pod: &Pod, chosen: &Candidate, opts: &Options) -> Result<(String, Vec<(u8, u8)>), Outcome> {
-    let (derived, no_quit) = match restart_policy(pod.doc, pod.place) {
+    let (derived, no_quit) = match restart_policy(pod.doc, pod.place)? {
         None => ("never", Vec::new()),
         Some(inherited) => restart::restarts(chosen.container, &inherited)
             .map(|set| restart::quit_policy(&set))

@@ -232,7 +232,7 @@ fn place(pod: &Value) -> Place {
             .is_some();
     let default_container = match controller(pod) {
         _ if argo => Some("main"),
-        Some((kind, "kubeflow.org", _)) => workloads::kubeflow(kind).map(|(_, container, _)| container),
+        Some((kind, "kubeflow.org", _)) => workloads::kubeflow(kind).map(|(_, container)| container),
         _ => None,
     };
     Place {
