@@ -588,7 +588,15 @@ fn everything_manifests_prints_validates_against_the_upstream_schema() {
 fn everything_the_chart_renders_validates_against_the_upstream_schemas() {
     let (checked, kinds) = check_install_files(&root().join("kubectl-meshwrap/tests/chart"));
     assert!(checked >= 40, "{checked} checks");
-    for kind in ["Issuer", "Certificate", "Secret", "PodMonitor", "ServiceMonitor", "NetworkPolicy", "ClusterRole"] {
+    for kind in [
+        "Issuer",
+        "Certificate",
+        "Secret",
+        "PodMonitor",
+        "ServiceMonitor",
+        "NetworkPolicy",
+        "ClusterRole",
+    ] {
         assert!(kinds.contains(kind), "no {kind} among {kinds:?}");
     }
 }
@@ -596,20 +604,36 @@ fn everything_the_chart_renders_validates_against_the_upstream_schemas() {
 #[test]
 fn a_misspelled_field_fails_the_strict_crd_checks_of_the_install() {
     for (doc, field) in [
-        (json!({"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": {"name": "x"},
-                "spec": {"selfSigned": {}, "selfSignd": {}}}), "selfSignd"),
-        (json!({"apiVersion": "cert-manager.io/v1", "kind": "Certificate", "metadata": {"name": "x"},
-                "spec": {"secretName": "s", "issuerRef": {"name": "i"}, "dnsName": ["a"]}}), "dnsName"),
-        (json!({"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": {"name": "x"},
-                "spec": {"selector": {}, "podMetricsEndpoints": [{"port": "https", "schem": "https"}]}}), "schem"),
-        (json!({"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": {"name": "x"},
-                "spec": {"selector": {}, "endpoints": [{"port": "https", "tlsConfg": {}}]}}), "tlsConfg"),
+        (
+            json!({"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": {"name": "x"},
+                "spec": {"selfSigned": {}, "selfSignd": {}}}),
+            "selfSignd",
+        ),
+        (
+            json!({"apiVersion": "cert-manager.io/v1", "kind": "Certificate", "metadata": {"name": "x"},
+                "spec": {"secretName": "s", "issuerRef": {"name": "i"}, "dnsName": ["a"]}}),
+            "dnsName",
+        ),
+        (
+            json!({"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": {"name": "x"},
+                "spec": {"selector": {}, "podMetricsEndpoints": [{"port": "https", "schem": "https"}]}}),
+            "schem",
+        ),
+        (
+            json!({"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": {"name": "x"},
+                "spec": {"selector": {}, "endpoints": [{"port": "https", "tlsConfg": {}}]}}),
+            "tlsConfg",
+        ),
     ] {
         let checks = install_checks(&doc).unwrap();
         for check in &checks {
             let errors = check.errors(&doc);
             if check.name.contains("strict") {
-                assert!(errors.iter().any(|e| e.contains(field)), "[{}] accepts {field}: {errors:?}", check.name);
+                assert!(
+                    errors.iter().any(|e| e.contains(field)),
+                    "[{}] accepts {field}: {errors:?}",
+                    check.name
+                );
             } else {
                 assert!(errors.is_empty(), "[{}]: {errors:?}", check.name);
             }

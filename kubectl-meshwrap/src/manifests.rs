@@ -595,7 +595,11 @@ pub fn objects(req: &Request) -> Result<Vec<Value>, String> {
     if !req.pod_cidrs.is_empty() {
         out.push(network_policy(&c, &req.pod_cidrs)?);
     }
-    out.push(webhook_configuration(&c, bundle.as_deref(), match_conditions(req.kube_version)));
+    out.push(webhook_configuration(
+        &c,
+        bundle.as_deref(),
+        match_conditions(req.kube_version),
+    ));
     Ok(out)
 }
 

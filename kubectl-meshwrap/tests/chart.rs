@@ -96,8 +96,8 @@ fn helm_with(request: Value, env: &[(&str, &str)]) -> Helm {
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let value: Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("helm.py answered no JSON ({e}): {stdout}\n{stderr}"));
+    let value: Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("helm.py answered no JSON ({e}): {stdout}\n{stderr}"));
     let _ = std::fs::remove_dir_all(&home);
     let answer = match value.get("error") {
         Some(error) => Err(error.as_str().unwrap_or_default().to_string()),
@@ -184,7 +184,11 @@ fn comparable(mut doc: Value) -> Value {
     }
     if doc["kind"] == "Secret" {
         let data = doc["data"].as_object_mut().unwrap();
-        for (key, pem) in [("ca.crt", "CERTIFICATE"), ("tls.crt", "CERTIFICATE"), ("tls.key", "PRIVATE KEY")] {
+        for (key, pem) in [
+            ("ca.crt", "CERTIFICATE"),
+            ("tls.crt", "CERTIFICATE"),
+            ("tls.key", "PRIVATE KEY"),
+        ] {
             let text = b64(&data[key]);
             assert!(
                 text.starts_with("-----BEGIN ") && text.contains(pem),
@@ -212,7 +216,11 @@ fn comparable(mut doc: Value) -> Value {
 }
 
 fn key(doc: &Value) -> String {
-    format!("{} {}", doc["kind"].as_str().unwrap(), doc["metadata"]["name"].as_str().unwrap())
+    format!(
+        "{} {}",
+        doc["kind"].as_str().unwrap(),
+        doc["metadata"]["name"].as_str().unwrap()
+    )
 }
 
 /// The two front doors' objects, compared one by one.
@@ -263,6 +271,9 @@ fn assert_bundle_reaches_the_certificate(objects: &[Value], namespace: &str) -> 
     (bundle, b64(&secret["data"]["ca.crt"]))
 }
 
+/// (what, the chart's values, namespace, Kubernetes version, manifests' flags)
+type Case<'a> = (&'a str, &'a Value, &'a str, Option<&'a str>, Vec<&'a str>);
+
 #[test]
 fn the_chart_and_manifests_make_the_same_objects_for_the_same_settings() {
     if !helm_ready() {
@@ -270,7 +281,7 @@ fn the_chart_and_manifests_make_the_same_objects_for_the_same_settings() {
     }
     let defaults = values("default");
     let self_managed = values("self-managed");
-    let cases: [(&str, &Value, &str, Option<&str>, Vec<&str>); 5] = [
+    let cases: [Case; 5] = [
         ("defaults", &defaults, "meshwrap-system", None, vec![]),
         (
             "defaults on 1.30",
@@ -385,14 +396,22 @@ fn each_documented_set_of_values_renders_its_golden_and_lints_strictly() {
     for name in DOCUMENTED {
         let values = values(name);
         let (objects, notes) = render(&values, "meshwrap-system", None).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(notes.contains("meshwrap.io/inject=enabled"), "{name}: NOTES.txt: {notes}");
+        assert!(
+            notes.contains("meshwrap.io/inject=enabled"),
+            "{name}: NOTES.txt: {notes}"
+        );
         let path = dir.join(format!("{name}.yaml"));
         let actual = golden_text(&objects);
         if std::env::var_os("MESHWRAP_BLESS").is_some() {
             std::fs::write(&path, &actual).unwrap();
         }
         let expected = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(expected == actual, "{} differs:\n{}", path.display(), diff(&expected, &actual));
+        assert!(
+            expected == actual,
+            "{} differs:\n{}",
+            path.display(),
+            diff(&expected, &actual)
+        );
         // helm lint --strict, on the oldest and the newest Kubernetes.
         for kube in ["v1.28.0", "v1.36.0"] {
             let report = helm(json!({"op": "lint", "chart": chart(), "values": values,
@@ -430,8 +449,14 @@ fn bad_values_are_refused_with_what_they_accept() {
         (json!({"inject": {"quitPolicy": "sometimes"}}), "/inject/quitPolicy"),
         (json!({"inject": {"timeout": "ten minutes"}}), "/inject/timeout"),
         (json!({"inject": {"runAsUser": "root"}}), "/inject/runAsUser"),
-        (json!({"admission": {"failurePolicy": "Retry"}}), "/admission/failurePolicy"),
-        (json!({"admission": {"timeoutSeconds": 31}}), "/admission/timeoutSeconds"),
+        (
+            json!({"admission": {"failurePolicy": "Retry"}}),
+            "/admission/failurePolicy",
+        ),
+        (
+            json!({"admission": {"timeoutSeconds": 31}}),
+            "/admission/timeoutSeconds",
+        ),
         (json!({"certificates": {"mode": "vault"}}), "/certificates/mode"),
         (json!({"evnts": {"enabled": false}}), "evnts"),
     ] {
@@ -450,8 +475,16 @@ fn bad_values_are_refused_with_what_they_accept() {
             "meshwrap-system",
             "webhook.image.repository is required",
         ),
-        (good.clone(), "kube-system", "never installed into a system namespace or default"),
-        (good.clone(), "default", "never installed into a system namespace or default"),
+        (
+            good.clone(),
+            "kube-system",
+            "never installed into a system namespace or default",
+        ),
+        (
+            good.clone(),
+            "default",
+            "never installed into a system namespace or default",
+        ),
         (
             with(json!({"podMonitor": {"enabled": true}, "serviceMonitor": {"enabled": true}})),
             "meshwrap-system",
@@ -609,7 +642,10 @@ fn the_plugin_manifest_is_what_helm_4_accepts_and_carries_the_release_version() 
     // Helm 4.2's MetadataV1 keys, and no config: a postrenderer/v1 plugin
     // has none (internal/plugin/schema/postrenderer.go).
     let keys: Vec<&str> = manifest.as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(keys, ["apiVersion", "type", "name", "version", "runtime", "runtimeConfig"]);
+    assert_eq!(
+        keys,
+        ["apiVersion", "type", "name", "version", "runtime", "runtimeConfig"]
+    );
     assert_eq!(manifest["type"], "postrenderer/v1");
     assert_eq!(manifest["version"], env!("CARGO_PKG_VERSION"));
     if !helm_ready() {
@@ -621,10 +657,16 @@ fn the_plugin_manifest_is_what_helm_4_accepts_and_carries_the_release_version() 
     let ok = install_through_plugin(&plugins_with(&text), json!({}), &["--image", IMAGE], &[]);
     assert!(ok.answer.is_ok(), "{:?}\n{}", ok.answer, ok.stderr);
     for (broken, says) in [
-        (text.replace("version: 0.1.0", "version: v0.1.0"), "must be valid semver"),
+        (
+            text.replace("version: 0.1.0", "version: v0.1.0"),
+            "must be valid semver",
+        ),
         (format!("{text}config:\n  image: x\n"), "field image not found"),
         (format!("{text}usage: inject\n"), "field usage not found"),
-        (text.replace("apiVersion: v1", "apiVersion: v2"), "invalid plugin apiVersion"),
+        (
+            text.replace("apiVersion: v1", "apiVersion: v2"),
+            "invalid plugin apiVersion",
+        ),
     ] {
         let run = install_through_plugin(&plugins_with(&broken), json!({}), &["--image", IMAGE], &[]);
         let error = run.answer.unwrap_err();
@@ -666,14 +708,19 @@ fn the_plugin_injects_a_rendered_chart_as_helm_4_runs_it() {
     let error = run.answer.unwrap_err();
     assert!(error.contains("plugin \"meshwrap\" exited with error"), "{error}");
     assert!(
-        run.stderr.contains("Pod/train-check pod: skipped: container check has no command"),
+        run.stderr
+            .contains("Pod/train-check pod: skipped: container check has no command"),
         "{}",
         run.stderr
     );
     // No image: one line saying so, and the install fails.
     let run = install_through_plugin(&plugins, json!({}), &[], &[]);
     assert!(run.answer.is_err());
-    assert!(run.stderr.contains("--image (MESHWRAP_IMAGE) is required"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("--image (MESHWRAP_IMAGE) is required"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
@@ -716,7 +763,11 @@ fn leaves(prefix: &str, value: &Value, out: &mut Vec<(String, String)>) {
     match value {
         Value::Object(map) if !map.is_empty() => {
             for (k, v) in map {
-                let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
                 leaves(&path, v, out);
             }
         }
@@ -754,5 +805,8 @@ fn docs_webhook_md_lists_every_value_with_its_default() {
             listed.push((path.to_string(), default.to_string()));
         }
     }
-    assert_eq!(listed, expected, "docs/webhook.md's values table and charts/meshwrap/values.yaml differ");
+    assert_eq!(
+        listed, expected,
+        "docs/webhook.md's values table and charts/meshwrap/values.yaml differ"
+    );
 }

@@ -54,7 +54,8 @@ fn kpt_fn_eval_exec_runs_the_krm_function_and_writes_what_inject_writes() {
     );
     assert!(out.status.success(), "{said}");
     assert!(
-        said.contains("[info] batch/v1/Job/fetch-and-train") && said.contains("container train, --quit-policy always, guard"),
+        said.contains("[info] batch/v1/Job/fetch-and-train")
+            && said.contains("container train, --quit-policy always, guard"),
         "{said}"
     );
     // Byte for byte what `inject` writes for it (examples/ is inject's output).

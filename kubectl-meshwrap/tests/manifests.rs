@@ -504,7 +504,10 @@ fn events_get_create_and_patch_on_events_and_a_token_on_the_webhook_pod_only() {
         binding["subjects"],
         json!([{"kind": "ServiceAccount", "name": "meshwrap-webhook", "namespace": "meshwrap-system"}])
     );
-    assert_eq!(by_kind(&docs, "ServiceAccount")[0]["automountServiceAccountToken"], false);
+    assert_eq!(
+        by_kind(&docs, "ServiceAccount")[0]["automountServiceAccountToken"],
+        false
+    );
     let deployment = by_kind(&docs, "Deployment")[0];
     let pod = &deployment["spec"]["template"]["spec"];
     assert_eq!(pod["automountServiceAccountToken"], true);
@@ -531,13 +534,20 @@ fn events_get_create_and_patch_on_events_and_a_token_on_the_webhook_pod_only() {
         let docs = documents(&off.stdout);
         assert!(!docs.iter().any(|d| d["kind"].as_str().unwrap().contains("Role")));
         let deployment = by_kind(&docs, "Deployment")[0];
-        assert_eq!(deployment["spec"]["template"]["spec"]["automountServiceAccountToken"], false);
+        assert_eq!(
+            deployment["spec"]["template"]["spec"]["automountServiceAccountToken"],
+            false
+        );
         assert!(env_of(deployment).contains(&("MESHWRAP_EVENTS".into(), "off".into())));
     }
     let bad = manifests(&["--events", "maybe"]);
     assert_eq!((bad.code, bad.stdout.as_str()), (2, ""));
     assert_eq!(bad.stderr.lines().count(), 1, "{}", bad.stderr);
-    assert!(bad.stderr.contains("--events") && bad.stderr.contains("on, off"), "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("--events") && bad.stderr.contains("on, off"),
+        "{}",
+        bad.stderr
+    );
 }
 
 #[test]
@@ -568,7 +578,13 @@ fn match_conditions_leave_opted_out_pods_and_the_never_selected_namespaces_to_th
          "expression": "!(request.namespace in ['mesh-tools', 'kube-system'])"}
     ]);
     // Printed with no version given, and from 1.30 in any spelling.
-    for version in [None, Some("1.30"), Some("v1.30.2"), Some("1.31.1-eks-a737599"), Some("v1.36.0+k3s1")] {
+    for version in [
+        None,
+        Some("1.30"),
+        Some("v1.30.2"),
+        Some("1.31.1-eks-a737599"),
+        Some("v1.36.0+k3s1"),
+    ] {
         let mut args = vec!["--namespace", "mesh-tools"];
         if let Some(v) = version {
             args.extend(["--kube-version", v]);
@@ -585,7 +601,11 @@ fn match_conditions_leave_opted_out_pods_and_the_never_selected_namespaces_to_th
     for version in ["1.28", "v1.29.8", "1.29.1-gke.100"] {
         let run = manifests(&["--kube-version", version]);
         assert_eq!(run.code, 0, "{version}: {}", run.stderr);
-        assert_eq!(match_conditions(&documents(&run.stdout)), [Value::Null, Value::Null], "{version}");
+        assert_eq!(
+            match_conditions(&documents(&run.stdout)),
+            [Value::Null, Value::Null],
+            "{version}"
+        );
     }
     for bad in ["latest", "1", "2.0", "1.x", "1.30beta"] {
         let run = manifests(&["--kube-version", bad]);
