@@ -195,8 +195,20 @@ pub struct Manifests {
     /// Generate a CA and a serving certificate and embed the CA bundle, instead of using cert-manager
     #[arg(long = "self-signed", env = "MESHWRAP_SELF_SIGNED")]
     pub self_signed: bool,
+    /// The cluster's Kubernetes version: matchConditions are printed for 1.30 and newer (default: printed)
+    #[arg(long = "kube-version", value_name = "VERSION", env = "MESHWRAP_KUBE_VERSION",
+          value_parser = kube_version)]
+    pub kube_version: Option<(u32, u32)>,
+    /// Whether the webhook posts Events on the owners of the pods it wraps or skips (off: no RBAC, no token)
+    #[arg(long, value_name = "on|off", env = "MESHWRAP_EVENTS", default_value = "on",
+          value_parser = ["on", "off"])]
+    pub events: String,
     #[command(flatten)]
     pub pod: PodOptions,
+}
+
+fn kube_version(s: &str) -> Result<(u32, u32), String> {
+    crate::manifests::parse_kube_version(s)
 }
 
 /// Where `manifests` installs the webhook unless told otherwise.

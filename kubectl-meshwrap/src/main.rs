@@ -113,6 +113,8 @@ fn manifests(args: kubectl_meshwrap::cli::Manifests) -> i32 {
         self_signed: args.self_signed,
         previous_ca,
         pod_cidrs: args.pod_cidrs,
+        kube_version: args.kube_version,
+        events: args.events == "on",
         options: args.pod.options(),
     };
     let text = match manifests::render(&request) {

@@ -9,8 +9,27 @@
 //!   can always be repaired;
 //! - two replicas on different nodes, a PodDisruptionBudget and readiness
 //!   on `/readyz`, so a drain or a rollout never leaves no webhook;
-//! - no RBAC at all and no service account token: the webhook reads nothing
-//!   from the API server;
+//! - the webhook reads nothing from the API server; it only writes Events
+//!   (why a pod was wrapped or skipped, on its owner). With events on (the
+//!   default) its ServiceAccount may `create` and `patch` events and
+//!   nothing else, and only the webhook's pod gets a token: the
+//!   ServiceAccount keeps `automountServiceAccountToken: false` and the pod
+//!   sets it to true, so the token is at the path every in-cluster client
+//!   reads (`/var/run/secrets/kubernetes.io/serviceaccount`), rotated by the
+//!   kubelet, and no other pod naming the account gets one. With events off
+//!   there is no RBAC and no token, as before events existed;
+//! - `matchConditions` (GA in Kubernetes 1.30, beta and on by default in
+//!   1.28 and 1.29) let the API server itself leave alone the pods that
+//!   opted out by annotation, which no selector can see, and the webhook's
+//!   own namespace and kube-system, without calling the webhook: less load,
+//!   and fewer pods blocked while it is down. They are printed unless
+//!   `--kube-version` names a cluster older than 1.30, the same rule as the
+//!   chart's (`.Capabilities.KubeVersion`): on a 1.28 or 1.29 cluster whose
+//!   feature gate is off the API server drops the field, and the webhook
+//!   leaves those pods alone itself, as it always did. Each expression
+//!   guards every map it reads with `has()`, so none can fail to evaluate
+//!   (an evaluation error would count as the webhook failing, and
+//!   `failurePolicy: Fail` would refuse the pod);
 //! - the serving certificate comes from a CA (cert-manager's, or one made
 //!   here with `--self-signed`), so renewing the serving certificate never
 //!   changes the caBundle the API server trusts, and no request fails while
@@ -41,6 +60,8 @@ use serde_json::{Value, json};
 use crate::transform::{CONTAINER, IMAGE, INJECT, Options, QUIT_POLICY, SIDECAR, TIMEOUT};
 
 pub const NAME: &str = "meshwrap-webhook";
+/// The ClusterRole and ClusterRoleBinding that let the webhook post Events.
+pub const EVENTS_ROLE: &str = "meshwrap-webhook-events";
 /// The MutatingWebhookConfiguration's name, which sorts before the injectors'.
 pub const WEBHOOK_CONFIGURATION: &str = "0-meshwrap";
 const TLS_SECRET: &str = "meshwrap-webhook-tls";
@@ -60,7 +81,41 @@ pub struct Request {
     pub previous_ca: Option<String>,
     /// The cluster's pod network(s), for the NetworkPolicy.
     pub pod_cidrs: Vec<String>,
+    /// The cluster's version (major, minor), when given: `matchConditions`
+    /// only from 1.30.
+    pub kube_version: Option<(u32, u32)>,
+    /// The webhook posts Events (its RBAC and token go with it).
+    pub events: bool,
     pub options: Options,
+}
+
+/// The first Kubernetes version whose API has `matchConditions` GA.
+pub const MATCH_CONDITIONS_SINCE: (u32, u32) = (1, 30);
+
+/// A Kubernetes version as `kubectl version` or a provider prints it
+/// (`1.30`, `v1.30.2`, `1.29.8-eks-a737599`, `v1.31.1+k3s1`): (major, minor).
+pub fn parse_kube_version(text: &str) -> Result<(u32, u32), String> {
+    let bad = || "a Kubernetes version such as 1.30 or v1.29.8".to_string();
+    let text = text.strip_prefix('v').unwrap_or(text);
+    let mut parts = text.splitn(3, '.');
+    let major = parts.next().and_then(|m| m.parse().ok()).ok_or_else(bad)?;
+    let minor_text = parts.next().ok_or_else(bad)?;
+    let digits = minor_text.bytes().take_while(u8::is_ascii_digit).count();
+    let rest = &minor_text[digits..];
+    if !(rest.is_empty() || rest.starts_with(['-', '+'])) {
+        return Err(bad());
+    }
+    let minor = minor_text[..digits].parse().map_err(|_| bad())?;
+    if major != 1 {
+        return Err(bad());
+    }
+    Ok((major, minor))
+}
+
+/// `matchConditions` go into the configuration: unless the cluster is
+/// older than 1.30 (unknown: yes, see the module's notes).
+pub fn match_conditions(kube_version: Option<(u32, u32)>) -> bool {
+    kube_version.is_none_or(|v| v >= MATCH_CONDITIONS_SINCE)
 }
 
 /// The namespace's name, checked: a DNS label (what Kubernetes accepts)
@@ -229,6 +284,24 @@ fn service_account(c: &Common) -> Value {
     })
 }
 
+/// What posting Events needs: `create` and `patch` on events, in the core
+/// group (the API the webhook's client writes) and events.k8s.io (the same
+/// objects through the newer API), and nothing else.
+fn events_rbac(c: &Common) -> [Value; 2] {
+    let meta = json!({"name": EVENTS_ROLE, "labels": c.labels});
+    [
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta,
+            "rules": [{"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": EVENTS_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": c.ns}]
+        }),
+    ]
+}
+
 /// The Secret of `--self-signed`, and the caBundle (base64) to trust it.
 fn self_signed_secret(c: &Common, previous_ca: Option<&str>) -> Result<(Value, String), String> {
     let (ca, cert, key) = self_signed(c.ns)?;
@@ -269,7 +342,7 @@ fn service(c: &Common) -> Value {
 }
 
 /// The webhook container's environment: its flags, and what reaches pods.
-fn webhook_env(opts: &Options) -> Vec<Value> {
+fn webhook_env(opts: &Options, events: bool) -> Vec<Value> {
     let mut envs = vec![
         env("MESHWRAP_TLS_CERT", "/tls/tls.crt"),
         env("MESHWRAP_TLS_KEY", "/tls/tls.key"),
@@ -277,6 +350,7 @@ fn webhook_env(opts: &Options) -> Vec<Value> {
         json!({"name": "MESHWRAP_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
         env("MESHWRAP_IMAGE", &opts.image),
         env("MESHWRAP_DELIVERY", opts.delivery.name()),
+        env("MESHWRAP_EVENTS", if events { "on" } else { "off" }),
     ];
     for (name, value) in [
         ("MESHWRAP_SIDECAR", &opts.sidecar),
@@ -325,7 +399,7 @@ fn container(req: &Request) -> Value {
         "name": "webhook",
         "image": req.webhook_image,
         "args": ["webhook"],
-        "env": webhook_env(&req.options),
+        "env": webhook_env(&req.options, req.events),
         "ports": [{"name": "https", "containerPort": PORT, "protocol": "TCP"}],
         "readinessProbe": probe("/readyz"),
         "livenessProbe": probe("/healthz"),
@@ -352,7 +426,7 @@ fn deployment(c: &Common, req: &Request) -> Value {
                 },
                 "spec": {
                     "serviceAccountName": NAME,
-                    "automountServiceAccountToken": false,
+                    "automountServiceAccountToken": req.events,
                     "terminationGracePeriodSeconds": 30,
                     "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
                                         "seccompProfile": {"type": "RuntimeDefault"}},
@@ -403,6 +477,24 @@ fn network_policy(c: &Common, pod_cidrs: &[String]) -> Result<Value, String> {
     }))
 }
 
+/// What the API server decides without calling the webhook: a pod that
+/// opted out (the annotation no selector can see, and the label), and a pod
+/// in the webhook's own namespace or kube-system (the namespace selector's
+/// rule again, so it holds whatever the selector says). CEL over the
+/// AdmissionRequest; `has()` guards every map, so none can fail to evaluate.
+pub fn conditions(ns: &str) -> Value {
+    let opted_out = |field: &str| {
+        format!(
+            "!has(object.metadata.{field}) || !('{INJECT}' in object.metadata.{field}) || object.metadata.{field}['{INJECT}'] != 'false'"
+        )
+    };
+    json!([
+        {"name": "not-opted-out-by-annotation", "expression": opted_out("annotations")},
+        {"name": "not-opted-out-by-label", "expression": opted_out("labels")},
+        {"name": "not-a-never-selected-namespace", "expression": format!("!(request.namespace in ['{ns}', 'kube-system'])")},
+    ])
+}
+
 /// One of the two webhooks: which pods it sees, and how it is reached.
 fn webhook(c: &Common, name: &str, ca_bundle: Option<&str>, namespaces: Value, objects: Value) -> Value {
     let mut client = json!({"service": {"name": NAME, "namespace": c.ns, "path": "/mutate", "port": 443}});
@@ -425,7 +517,15 @@ fn webhook(c: &Common, name: &str, ca_bundle: Option<&str>, namespaces: Value, o
     })
 }
 
-fn webhook_configuration(c: &Common, ca_bundle: Option<&str>) -> Value {
+/// Both webhooks, with `matchConditions` when the cluster has them.
+fn with_conditions(mut webhook: Value, c: &Common, conditions: bool) -> Value {
+    if conditions {
+        webhook["matchConditions"] = self::conditions(c.ns);
+    }
+    webhook
+}
+
+fn webhook_configuration(c: &Common, ca_bundle: Option<&str>, conditions: bool) -> Value {
     let never = json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [c.ns, "kube-system"]});
     let mut configuration = json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
@@ -436,23 +536,23 @@ fn webhook_configuration(c: &Common, ca_bundle: Option<&str>) -> Value {
         "metadata": {"name": WEBHOOK_CONFIGURATION, "labels": c.labels},
         "webhooks": [
             // Every pod of a labelled namespace, but those that opt out.
-            webhook(
+            with_conditions(webhook(
                 c,
                 "namespace.inject.meshwrap.io",
                 ca_bundle,
                 json!({"matchExpressions": [
                     {"key": INJECT, "operator": "In", "values": ["enabled"]}, never.clone()]}),
                 json!({"matchExpressions": [{"key": INJECT, "operator": "NotIn", "values": ["false"]}]}),
-            ),
+            ), c, conditions),
             // A labelled pod in any other namespace.
-            webhook(
+            with_conditions(webhook(
                 c,
                 "pod.inject.meshwrap.io",
                 ca_bundle,
                 json!({"matchExpressions": [
                     {"key": INJECT, "operator": "NotIn", "values": ["enabled"]}, never]}),
                 json!({"matchLabels": {INJECT: "true"}}),
-            ),
+            ), c, conditions),
         ]
     });
     if ca_bundle.is_none() {
@@ -480,6 +580,9 @@ pub fn objects(req: &Request) -> Result<Vec<Value>, String> {
         out.push(namespace(c.ns));
     }
     out.push(service_account(&c));
+    if req.events {
+        out.extend(events_rbac(&c));
+    }
     let mut bundle = None;
     if req.self_signed {
         let (secret, ca) = self_signed_secret(&c, req.previous_ca.as_deref())?;
@@ -492,7 +595,11 @@ pub fn objects(req: &Request) -> Result<Vec<Value>, String> {
     if !req.pod_cidrs.is_empty() {
         out.push(network_policy(&c, &req.pod_cidrs)?);
     }
-    out.push(webhook_configuration(&c, bundle.as_deref()));
+    out.push(webhook_configuration(
+        &c,
+        bundle.as_deref(),
+        match_conditions(req.kube_version),
+    ));
     Ok(out)
 }
 

@@ -81,3 +81,17 @@ pub fn temp_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Whether a test's tool is there: when it is not, the test says so and is
+/// skipped, except in CI (`CI` or `POD_TESTS_REQUIRED` set), where it fails.
+pub fn have(tool_ok: bool, what: &str) -> bool {
+    if tool_ok {
+        return true;
+    }
+    let required = ["CI", "POD_TESTS_REQUIRED"]
+        .iter()
+        .any(|v| std::env::var(v).is_ok_and(|s| !s.is_empty() && s != "0" && s != "false"));
+    assert!(!required, "{what} (required here: CI or POD_TESTS_REQUIRED is set)");
+    eprintln!("skipped: {what}");
+    false
+}
