@@ -810,3 +810,23 @@ fn docs_webhook_md_lists_every_value_with_its_default() {
         "docs/webhook.md's values table and charts/meshwrap/values.yaml differ"
     );
 }
+
+/// The chart's matchConditions as real Helm renders them, evaluated as the
+/// API server evaluates them (tests/common/conditions.rs; manifests' are
+/// in tests/manifests.rs): no pod makes one fail, and each sample pod is
+/// left alone or sent as it should be.
+#[test]
+fn the_charts_match_conditions_evaluate_without_error_to_the_expected_decision() {
+    if !helm_ready() {
+        return;
+    }
+    for namespace in ["meshwrap-system", "platform-tools"] {
+        let (objects, _) = render(&values("default"), namespace, Some("v1.30.0")).unwrap();
+        let configuration = objects
+            .iter()
+            .find(|d| d["kind"] == "MutatingWebhookConfiguration")
+            .unwrap();
+        let decided = conditions::assert_match_conditions_decide_as_expected(configuration, namespace);
+        assert_eq!(decided, 2 * conditions::samples(namespace).len());
+    }
+}

@@ -618,3 +618,35 @@ fn match_conditions_leave_opted_out_pods_and_the_never_selected_namespaces_to_th
         );
     }
 }
+
+/// The matchConditions as printed, evaluated as the API server evaluates
+/// them (tests/common/conditions.rs): no pod makes one fail (failurePolicy
+/// Fail would refuse it), and each sample pod is left alone or sent as it
+/// should be, in the default namespace and another.
+#[test]
+fn match_conditions_evaluate_without_error_to_the_expected_decision_for_every_kind_of_pod() {
+    for (own, args) in [
+        ("meshwrap-system", vec![]),
+        (
+            "platform-tools",
+            vec!["--namespace", "platform-tools", "--kube-version", "1.30"],
+        ),
+    ] {
+        let run = manifests(&args);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let docs = documents(&run.stdout);
+        let configuration = by_kind(&docs, "MutatingWebhookConfiguration")[0];
+        let decided = conditions::assert_match_conditions_decide_as_expected(configuration, own);
+        assert_eq!(decided, 2 * conditions::samples(own).len());
+    }
+    // The API server skips a pod for an opt-out exactly where the webhook
+    // itself (the same decision as inject's) would leave it alone.
+    for (what, _, metadata, expected) in conditions::samples("meshwrap-system") {
+        let mut pod = conditions::pod(metadata);
+        pod["metadata"]["name"] = json!("p");
+        let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "--allow-skip"], &pod.to_string());
+        let opted_out = run.stderr.contains("opted out: meshwrap.io/inject is \"false\"");
+        let by_opt_out = matches!(&expected, conditions::Decision::Skip(c) if c.starts_with("not-opted-out"));
+        assert_eq!(opted_out, by_opt_out, "{what}: {}", run.stderr);
+    }
+}
