@@ -1070,6 +1070,36 @@ mod tests {
     }
 
     #[test]
+    fn docs_meshes_md_names_every_key_of_the_table() {
+        let docs = include_str!("../docs/meshes.md");
+        for mesh in MESHES {
+            let rules = mesh.opt_in.iter().chain(mesh.no_sidecar).chain(mesh.native);
+            let mut keys: Vec<&str> = rules.flat_map(|r| r.keys.iter().map(|k| k.name)).collect();
+            keys.extend(mesh.mark.as_ref().map(|m| m.key.name));
+            keys.extend(mesh.quit_switch.as_ref().map(|s| s.key.name));
+            keys.extend(mesh.movers.iter().map(|m| m.key.name));
+            for key in keys {
+                let short = key.rsplit_once('/').map_or(key, |(_, name)| name);
+                assert!(docs.contains(key) || docs.contains(short), "docs/meshes.md lacks {key}");
+            }
+            for (port, path) in mesh.ready.iter().chain(&mesh.quit) {
+                assert!(
+                    docs.contains(&format!("{port}{path}")) || docs.contains(path),
+                    "{port}{path}"
+                );
+            }
+        }
+        for s in [
+            &CLOUDSQL_HTTP_PORT,
+            &CLOUDSQL_HTTP_ADDRESS,
+            &CLOUDSQL_ADMIN_PORT,
+            &CLOUDSQL_QUITQUITQUIT,
+        ] {
+            assert!(docs.contains(s.flag), "docs/meshes.md lacks {}", s.flag);
+        }
+    }
+
+    #[test]
     fn every_mesh_cites_its_sources() {
         for mesh in MESHES {
             let rules = mesh.opt_in.iter().chain(mesh.no_sidecar).chain(mesh.native);
