@@ -82,9 +82,11 @@ pub struct PodOptions {
     /// The meshwrap image (required by inject; the meshwrap.io/image annotation overrides it per pod)
     #[arg(long, value_name = "IMAGE", env = "MESHWRAP_IMAGE")]
     pub image: Option<String>,
-    /// As meshwrap's --sidecar: a preset (istio, linkerd, ...), none, or NAME=HOST:PORT
-    #[arg(long, value_name = "NAME[=HOST[:PORT]]", env = "MESHWRAP_SIDECAR", value_parser = sidecar)]
-    pub sidecar: Option<String>,
+    /// As meshwrap's --sidecar: auto, a preset (istio, linkerd, ...), none, NAME=HOST:PORT or
+    /// NAME=HOST:PORT/HOST:PORT; repeatable, and the variable takes a comma-separated list
+    #[arg(long, value_name = "NAME[=HOST[:PORT]]", env = "MESHWRAP_SIDECAR", value_parser = sidecar,
+          value_delimiter = ',', action = clap::ArgAction::Append)]
+    pub sidecar: Vec<String>,
     /// As meshwrap's --timeout: how long to wait for the sidecar (default: meshwrap's, 10m)
     #[arg(long, value_name = "DURATION", env = "MESHWRAP_TIMEOUT", value_parser = duration)]
     pub timeout: Option<String>,
@@ -258,14 +260,20 @@ fn at_least_one(s: &str) -> Result<usize, String> {
 }
 
 fn sidecar(s: &str) -> Result<String, String> {
-    meshwrap::sidecar::preset::parse(s).map(|_| s.to_string())
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(s.to_string());
+    }
+    meshwrap::sidecar::preset::parse(s)
+        .map(|_| s.to_string())
+        .map_err(|why| format!("{why}; expected {}", meshwrap::sidecar::preset::accepts()))
 }
 
 impl PodOptions {
     pub fn options(&self) -> Options {
         Options {
             image: self.image.clone().unwrap_or_default(),
-            sidecar: self.sidecar.clone(),
+            sidecar: (!self.sidecar.is_empty()).then(|| self.sidecar.join(",")),
             timeout: self.timeout.clone(),
             quit_policy: self.quit_policy.clone(),
             delivery: if self.delivery == "image-volume" {
