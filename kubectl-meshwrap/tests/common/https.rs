@@ -102,6 +102,13 @@ impl Webhook {
             "MESHWRAP_TIMEOUT",
             "MESHWRAP_QUIT_POLICY",
             "MESHWRAP_NAMESPACE",
+            "MESHWRAP_EVENTS",
+            "MESHWRAP_API_SERVER",
+            "MESHWRAP_API_TOKEN",
+            "MESHWRAP_API_CA",
+            // Never the real cluster's API server, when the tests run in a pod.
+            "KUBERNETES_SERVICE_HOST",
+            "KUBERNETES_SERVICE_PORT",
         ] {
             cmd.env_remove(var);
         }
