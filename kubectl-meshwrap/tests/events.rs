@@ -706,21 +706,58 @@ fn bad_event_flags_are_one_line_that_names_them() {
     std::fs::write(dir.join("tls.key"), key).unwrap();
     let (c, k) = (dir.join("tls.crt"), dir.join("tls.key"));
     let (c, k) = (c.to_str().unwrap(), k.to_str().unwrap());
-    for (args, env, says) in [
-        (vec!["--events", "maybe"], vec![], "--events"),
-        (vec![], vec![("MESHWRAP_EVENTS", "yes")], "--events"),
-        (vec!["--api-server", "http://10.0.0.1"], vec![], "https://"),
-        (vec!["--events-queue", "0"], vec![], "--events-queue"),
-        (vec!["--events-cache", "none"], vec![], "--events-cache"),
-        (vec!["--events-timeout", "0s"], vec![], "--events-timeout"),
-        (vec!["--events-interval", "often"], vec![], "--events-interval"),
+    for (args, env, flag, accepts) in [
+        (vec!["--events", "maybe"], vec![], "--events", "on, off"),
+        (vec![], vec![("MESHWRAP_EVENTS", "yes")], "--events", "on, off"),
+        (
+            vec!["--api-server", "http://10.0.0.1"],
+            vec![],
+            "--api-server",
+            "an https:// URL",
+        ),
+        (vec!["--events-queue", "0"], vec![], "--events-queue", "at least 1"),
+        (vec!["--events-cache", "none"], vec![], "--events-cache", "at least 1"),
+        (vec!["--events-timeout", "0s"], vec![], "--events-timeout", "above zero"),
+        (vec!["--events-interval", "often"], vec![], "--events-interval", "a duration"),
     ] {
         let mut all = vec!["webhook", "--tls-cert", c, "--tls-key", k, "--image", common::IMAGE];
+        all.extend(["--listen", "127.0.0.1:0"]);
         all.extend(args);
-        let run = common::run_in(None, &all, "", &env);
-        assert_eq!(run.code, 2, "{all:?} {env:?}: {}", run.stderr);
-        assert_eq!(run.stderr.lines().count(), 1, "{all:?}: {}", run.stderr);
-        assert!(run.stderr.contains(says), "{all:?} {env:?}: {}", run.stderr);
+        let (code, stderr) = bounded_run(&all, &env);
+        assert_eq!(code, Some(2), "{all:?} {env:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{all:?}: {stderr}");
+        assert!(stderr.contains(flag) && stderr.contains(accepts), "{all:?} {env:?}: {stderr}");
     }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Runs the binary with `args` and `env`; its exit code and stderr, or
+/// None for a webhook still running after 20 s (then killed).
+fn bounded_run(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    use std::io::Read;
+    let mut cmd = std::process::Command::new(common::bin());
+    cmd.args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .env_remove("KUBERNETES_SERVICE_HOST");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    (code, stderr)
 }
