@@ -214,7 +214,7 @@ pub struct EventOptions {
     #[arg(long = "events-interval", value_name = "DURATION", env = "MESHWRAP_EVENTS_INTERVAL",
           default_value = "30s", value_parser = any_duration)]
     pub events_interval: Duration,
-    /// How long one request to the API server may take, and the last writes when the webhook stops
+    /// How long one request to the API server may take (and the last writes when the webhook stops, 3s at most)
     #[arg(long = "events-timeout", value_name = "DURATION", env = "MESHWRAP_EVENTS_TIMEOUT",
           default_value = "5s", value_parser = positive_duration)]
     pub events_timeout: Duration,

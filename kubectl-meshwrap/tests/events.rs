@@ -716,7 +716,12 @@ fn bad_event_flags_are_one_line_that_names_them() {
         (vec!["--events-queue", "0"], vec![], "--events-queue", "at least 1"),
         (vec!["--events-cache", "none"], vec![], "--events-cache", "at least 1"),
         (vec!["--events-timeout", "0s"], vec![], "--events-timeout", "above zero"),
-        (vec!["--events-interval", "often"], vec![], "--events-interval", "a duration"),
+        (
+            vec!["--events-interval", "often"],
+            vec![],
+            "--events-interval",
+            "a duration",
+        ),
     ] {
         let mut all = vec!["webhook", "--tls-cert", c, "--tls-key", k, "--image", common::IMAGE];
         all.extend(["--listen", "127.0.0.1:0"]);
@@ -724,7 +729,10 @@ fn bad_event_flags_are_one_line_that_names_them() {
         let (code, stderr) = bounded_run(&all, &env);
         assert_eq!(code, Some(2), "{all:?} {env:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{all:?}: {stderr}");
-        assert!(stderr.contains(flag) && stderr.contains(accepts), "{all:?} {env:?}: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains(accepts),
+            "{all:?} {env:?}: {stderr}"
+        );
     }
     let _ = std::fs::remove_dir_all(dir);
 }

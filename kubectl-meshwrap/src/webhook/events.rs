@@ -74,6 +74,9 @@ pub const SKIPPED: &str = "InjectionSkipped";
 const NOTE_LIMIT: usize = 1024;
 const INSTANCE_LIMIT: usize = 128;
 const NAME_LIMIT: usize = 253;
+/// The last writes when the webhook stops: with the shutdown delay (5 s)
+/// and the drain (20 s), within the pod's 30 s of grace.
+const LAST_WRITES: Duration = Duration::from_secs(3);
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -263,7 +266,7 @@ impl Events {
             capacity: config.queue,
             counters,
             stop: Mutex::new(Some((stop, task))),
-            flush: config.timeout,
+            flush: config.timeout.min(LAST_WRITES),
         }
     }
 
@@ -277,7 +280,8 @@ impl Events {
         }
     }
 
-    /// Lets the poster write what it counted, within one request's timeout.
+    /// Lets the poster write what it counted, within one request's timeout
+    /// (3 s at most).
     pub async fn finish(&self) {
         let stop = self.stop.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some((stop, task)) = stop {
@@ -559,9 +563,9 @@ impl Poster {
     }
 
     /// The last writes when the webhook stops: every series with unwritten
-    /// occurrences, once, within one request's timeout in all.
+    /// occurrences, once, within one request's timeout (3 s at most) in all.
     async fn flush(&mut self) {
-        let deadline = Instant::now() + self.client.timeout();
+        let deadline = Instant::now() + self.client.timeout().min(LAST_WRITES);
         for key in self.cache.unwritten() {
             if tokio::time::timeout_at(deadline, self.write(&key)).await.is_err() {
                 break;
