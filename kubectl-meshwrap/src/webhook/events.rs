@@ -397,8 +397,8 @@ impl Cache {
     }
 
     /// Counts one occurrence; returns the occurrences of a series forgotten
-    /// to make room that were never written.
-    fn observe(&mut self, notice: Notice, at: SystemTime) -> u32 {
+    /// to make room that were never written, and when the series is due.
+    fn observe(&mut self, notice: Notice, at: SystemTime, interval: Duration) -> (u32, Option<Instant>) {
         self.tick += 1;
         let key = notice.key();
         if let Some(series) = self.series.get_mut(&key) {
@@ -406,8 +406,9 @@ impl Cache {
             series.tick = self.tick;
             series.count = series.count.saturating_add(1);
             series.last = at;
+            let due = series.due(interval);
             self.order.insert(self.tick, key);
-            return 0;
+            return (0, due);
         }
         let mut lost = 0;
         if self.series.len() >= self.capacity
@@ -432,7 +433,7 @@ impl Cache {
             },
         );
         self.order.insert(self.tick, key);
-        lost
+        (lost, Some(Instant::now()))
     }
 
     /// A new event name for an object: client-go's `NAME.%x` of the time
@@ -498,6 +499,9 @@ struct Poster {
     failures: u32,
     resume_at: Option<Instant>,
     last_error: String,
+    /// When a series may be due, at the earliest: kept as notices come,
+    /// computed again (a scan of the cache) only after a write.
+    wake: Option<Instant>,
 }
 
 impl Poster {
@@ -511,12 +515,13 @@ impl Poster {
             failures: 0,
             resume_at: None,
             last_error: String::new(),
+            wake: None,
         }
     }
 
     async fn run(mut self, mut notices: mpsc::Receiver<Notice>, mut stop: oneshot::Receiver<()>) {
         loop {
-            let wake = self.cache.soonest(self.interval).map(|(at, _)| match self.resume_at {
+            let wake = self.wake.map(|at| match self.resume_at {
                 Some(resume) => at.max(resume),
                 None => at,
             });
@@ -543,23 +548,28 @@ impl Poster {
     }
 
     fn observe(&mut self, notice: Notice) {
-        let lost = self.cache.observe(notice, SystemTime::now());
+        let (lost, due) = self.cache.observe(notice, SystemTime::now(), self.interval);
+        self.wake = match (self.wake, due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         self.counters.evicted.fetch_add(u64::from(lost), Ordering::Relaxed);
         self.counters.series.store(self.cache.series.len(), Ordering::Relaxed);
     }
 
-    /// Writes the series due soonest, if it is due.
+    /// Writes the series due soonest, if it is due, and learns when the
+    /// next one is.
     async fn write_due(&mut self) {
         let now = Instant::now();
         if self.resume_at.is_some_and(|at| at > now) {
             return;
         }
-        let Some((at, key)) = self.cache.soonest(self.interval) else {
-            return;
-        };
-        if at <= now {
+        if let Some((at, key)) = self.cache.soonest(self.interval)
+            && at <= now
+        {
             self.write(&key).await;
         }
+        self.wake = self.cache.soonest(self.interval).map(|(at, _)| at);
     }
 
     /// The last writes when the webhook stops: every series with unwritten
@@ -639,10 +649,18 @@ impl Poster {
                 self.last_error.clear();
                 return;
             }
-            Written::Gone | Written::Taken => {
+            // Created again at once, under a new name.
+            Written::Gone => {
                 series.written = 0;
                 series.name = renamed.unwrap_or_default();
                 return;
+            }
+            // Unlikely (names hold the time in nanoseconds): a new name,
+            // after the backoff, so a server that always says so is not
+            // asked in a loop.
+            Written::Taken => {
+                series.name = renamed.unwrap_or_default();
+                "409: an event of that name exists".to_string()
             }
             Written::Refused(why) => {
                 // Not tried again: only what is seen later is written.
@@ -799,16 +817,18 @@ mod tests {
         notice(&d).unwrap()
     }
 
+    const H: Duration = Duration::from_secs(3600);
+
     #[test]
     fn a_series_counts_and_the_least_recently_seen_is_forgotten_first() {
         let mut cache = Cache::new(2);
         let t = SystemTime::now();
-        assert_eq!(cache.observe(owner("a"), t), 0);
-        assert_eq!(cache.observe(owner("a"), t), 0);
-        assert_eq!(cache.observe(owner("b"), t), 0);
+        assert_eq!(cache.observe(owner("a"), t, H).0, 0);
+        assert_eq!(cache.observe(owner("a"), t, H).0, 0);
+        assert_eq!(cache.observe(owner("b"), t, H).0, 0);
         // a seen again: b is the least recently seen, and goes for c.
-        assert_eq!(cache.observe(owner("a"), t), 0);
-        assert_eq!(cache.observe(owner("c"), t), 1);
+        assert_eq!(cache.observe(owner("a"), t, H).0, 0);
+        assert_eq!(cache.observe(owner("c"), t, H).0, 1);
         let mut names: Vec<(String, u32)> = cache
             .series
             .values()
@@ -817,6 +837,20 @@ mod tests {
         names.sort();
         assert_eq!(names, [("a".to_string(), 3), ("c".to_string(), 1)]);
         assert_eq!(cache.order.len(), 2);
+    }
+
+    #[test]
+    fn a_series_is_due_at_once_until_created_then_an_interval_after_its_last_write() {
+        let mut cache = Cache::new(4);
+        let now = Instant::now();
+        let (_, due) = cache.observe(owner("a"), SystemTime::now(), H);
+        assert!(due.unwrap() <= Instant::now());
+        let series = cache.series.values_mut().next().unwrap();
+        (series.written, series.last_write) = (1, Some(now));
+        assert_eq!(series.due(H), None, "nothing new to write");
+        let (_, due) = cache.observe(owner("a"), SystemTime::now(), H);
+        assert_eq!(due, Some(now + H));
+        assert_eq!(cache.unwritten().len(), 1);
     }
 
     #[test]
