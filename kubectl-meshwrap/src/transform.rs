@@ -419,6 +419,14 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
     }
 }
 
+/// The meshes the plan sees in the pod template at `place` (asked for,
+/// already there, or named by `--mesh`), by name, for a report.
+pub fn meshes_at(doc: &Value, place: &Place, opts: &Options) -> Vec<&'static str> {
+    Pod::at(doc, place)
+        .map(|pod| meshes(&pod, opts).iter().map(|f| f.kind.facts().name).collect())
+        .unwrap_or_default()
+}
+
 fn decide<'a>(doc: &'a Value, place: &'a Place, opts: &Options) -> Result<(Pod<'a>, Decision<'a>), Outcome> {
     let pod = Pod::at(doc, place)?;
     refusal(&pod)?;
