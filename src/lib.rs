@@ -26,6 +26,7 @@ pub mod duration;
 pub mod guard;
 pub mod install;
 pub mod log;
+pub mod meshes;
 pub mod scuttle;
 pub mod sidecar;
 pub mod supervise;

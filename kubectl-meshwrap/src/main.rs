@@ -24,7 +24,7 @@ fn main() {
                 taught: args.shared.template_paths,
             })
         }
-        Some(Command::Webhook(args)) => webhook(args),
+        Some(Command::Webhook(args)) => webhook(*args),
         Some(Command::Manifests(args)) => manifests(args),
         Some(Command::Fn(shared)) => krm::run(&shared.pod.options(), &shared.template_paths, shared.strict),
         None => {
@@ -87,6 +87,7 @@ fn webhook(args: kubectl_meshwrap::cli::Webhook) -> i32 {
             options: args.pod.options(),
             namespace: args.namespace,
         },
+        events: args.events.config(),
     })
 }
 

@@ -51,6 +51,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_rustls::TlsAcceptor;
 
 use super::admission::{self, MAX_BODY, Settings};
+use super::events::{self, Events};
 use super::limits::{
     BODY_BUDGET, BodyBudget, Deadline, Expired, Held, SMALL_BODY, SMALL_LANE, Shed, Slot, Slots, Timed,
 };
@@ -73,6 +74,7 @@ pub struct Config {
     pub shutdown_delay: Duration,
     pub drain_timeout: Duration,
     pub settings: Settings,
+    pub events: events::Config,
 }
 
 struct State {
@@ -83,6 +85,8 @@ struct State {
     idle_timeout: Duration,
     slots: Arc<Slots>,
     bodies: Arc<BodyBudget>,
+    /// Offered each decision after its answer is built; never waited for.
+    events: Events,
 }
 
 /// hyper's read and write buffers, each: a webhook's request headers are
@@ -153,6 +157,7 @@ async fn serve(config: Config) -> i32 {
         idle_timeout: config.idle_timeout,
         slots: Slots::new(config.max_connections, config.max_handshakes),
         bodies: BodyBudget::new(BODY_BUDGET, SMALL_LANE, SMALL_BODY),
+        events: Events::start(&config.events),
     });
     let graceful = GracefulShutdown::new();
     let mut stop_at: Option<tokio::time::Instant> = None;
@@ -176,6 +181,7 @@ async fn serve(config: Config) -> i32 {
     }
     drop(listener);
     drain(graceful, config.drain_timeout).await;
+    state.events.finish().await;
     0
 }
 
@@ -357,11 +363,11 @@ async fn handle(req: Request<Incoming>, state: &State) -> Result<Response<Full<B
             plain(StatusCode::SERVICE_UNAVAILABLE, "draining")
         }
         (&Method::GET, "/readyz") => plain(StatusCode::OK, "ok"),
-        (&Method::GET, "/metrics") => answer(
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            state.metrics.render(state.slots.counts(), state.bodies.in_flight()),
-        ),
+        (&Method::GET, "/metrics") => {
+            let mut text = state.metrics.render(state.slots.counts(), state.bodies.in_flight());
+            state.events.render(&mut text);
+            answer(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", text)
+        }
         (&Method::POST, "/mutate") => mutate(req, state, started).await,
         (_, "/mutate") => plain(StatusCode::METHOD_NOT_ALLOWED, "POST an AdmissionReview to /mutate"),
         _ => plain(
@@ -434,6 +440,7 @@ async fn mutate(req: Request<Incoming>, state: &State, started: Instant) -> Resp
                 .metrics
                 .record(reviewed.decision.outcome, reviewed.decision.code, took);
             log_decision(&reviewed.decision, took);
+            state.events.record(&reviewed.decision);
             match serde_json::to_vec(&reviewed.review) {
                 Ok(body) => answer(StatusCode::OK, "application/json", body),
                 Err(e) => refuse(
