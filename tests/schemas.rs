@@ -500,7 +500,7 @@ fn everything_inject_writes_validates_strictly_against_the_upstream_schemas() {
 fn install_checks(doc: &Value) -> Result<Vec<Check>, String> {
     let kind = doc["kind"].as_str().unwrap_or("").to_string();
     Ok(match (doc["apiVersion"].as_str().unwrap_or(""), kind.as_str()) {
-        ("v1", k @ ("Namespace" | "ServiceAccount" | "Secret" | "Service")) => {
+        ("v1", k @ ("Namespace" | "ServiceAccount" | "Secret" | "Service" | "ConfigMap")) => {
             swagger_checks(k, &format!("io.k8s.api.core.v1.{k}"))
         }
         ("apps/v1", "Deployment") => checks_for(doc),
@@ -596,6 +596,7 @@ fn everything_the_chart_renders_validates_against_the_upstream_schemas() {
         "ServiceMonitor",
         "NetworkPolicy",
         "ClusterRole",
+        "ConfigMap",
     ] {
         assert!(kinds.contains(kind), "no {kind} among {kinds:?}");
     }

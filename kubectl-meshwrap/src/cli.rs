@@ -249,6 +249,12 @@ pub struct Manifests {
     /// With --self-signed: the CA the webhook serves with now (PEM, its Secret's ca.crt), trusted beside the new one
     #[arg(long = "previous-ca", value_name = "FILE", env = "MESHWRAP_PREVIOUS_CA")]
     pub previous_ca: Option<PathBuf>,
+    /// A Secret you manage (type kubernetes.io/tls: tls.crt, tls.key) for the webhook to serve with, instead of cert-manager; with --ca-bundle
+    #[arg(long = "tls-secret", value_name = "NAME", env = "MESHWRAP_TLS_SECRET", value_parser = secret_name)]
+    pub tls_secret: Option<String>,
+    /// With --tls-secret: the CA (PEM) that signed its certificate, for the API server to trust
+    #[arg(long = "ca-bundle", value_name = "FILE", env = "MESHWRAP_CA_BUNDLE")]
+    pub ca_bundle: Option<PathBuf>,
     /// The cluster's pod network (repeatable): print a NetworkPolicy that admits the webhook's port only from outside it
     #[arg(long = "pod-cidr", value_name = "CIDR", env = "MESHWRAP_POD_CIDR", value_delimiter = ',',
           value_parser = pod_cidr)]
@@ -312,6 +318,10 @@ fn mesh(s: &str) -> Result<String, String> {
 
 fn namespace_name(s: &str) -> Result<String, String> {
     crate::manifests::check_namespace(s).map(|()| s.to_string())
+}
+
+fn secret_name(s: &str) -> Result<String, String> {
+    crate::manifests::check_secret_name(s).map(|()| s.to_string())
 }
 
 fn pod_cidr(s: &str) -> Result<String, String> {

@@ -107,12 +107,22 @@ fn manifests(args: kubectl_meshwrap::cli::Manifests) -> i32 {
             std::process::exit(2);
         }
     };
+    let ca_bundle = match args.ca_bundle.as_deref().map(manifests::read_ca_bundle) {
+        None => None,
+        Some(Ok(text)) => Some(text),
+        Some(Err(e)) => {
+            say(&e);
+            std::process::exit(2);
+        }
+    };
     let request = manifests::Request {
         namespace: args.namespace,
         create_namespace: args.create_namespace,
         webhook_image,
         self_signed: args.self_signed,
         previous_ca,
+        tls_secret: args.tls_secret,
+        ca_bundle,
         pod_cidrs: args.pod_cidrs,
         kube_version: args.kube_version,
         events: args.events == "on",

@@ -45,6 +45,13 @@
 //!   (a host address on kubeadm, a konnectivity agent's pod on some managed
 //!   clusters, a VPC address that shares the pods' range on EKS), and a
 //!   policy that guessed wrong would block every wrapped pod's creation;
+//! - with `--tls-secret NAME --ca-bundle FILE` (the chart's
+//!   `certificates.mode=existing`) the webhook serves with a Secret the
+//!   user manages (sealed-secrets, external-secrets, Vault) and the API
+//!   server trusts the CA given: nothing secret or random is printed, so the
+//!   output can be committed and every run is the same. The bundle must be
+//!   PEM certificates and nothing else (the webhook configuration is
+//!   readable cluster-wide, so a private key there would leak);
 //! - rotation never leaves the API server without trust. A second
 //!   `--self-signed` run makes a new CA; `--previous-ca` puts the CA the
 //!   pods serve with now into the caBundle beside the new one, so both the
@@ -79,6 +86,10 @@ pub struct Request {
     pub self_signed: bool,
     /// PEM CAs to keep trusting beside a new `--self-signed` CA.
     pub previous_ca: Option<String>,
+    /// A Secret the user manages, for the webhook to serve with
+    /// (`--tls-secret`), and the PEM CA bundle that trusts it (`--ca-bundle`).
+    pub tls_secret: Option<String>,
+    pub ca_bundle: Option<String>,
     /// The cluster's pod network(s), for the NetworkPolicy.
     pub pod_cidrs: Vec<String>,
     /// The cluster's version (major, minor), when given: `matchConditions`
@@ -140,6 +151,23 @@ pub fn check_namespace(name: &str) -> Result<(), String> {
             "a namespace name: 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
                 .into(),
         )
+    }
+}
+
+/// A Secret's name: a DNS subdomain (what Kubernetes accepts).
+pub fn check_secret_name(name: &str) -> Result<(), String> {
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if name.len() <= 253 && name.split('.').all(label) {
+        Ok(())
+    } else {
+        Err("a Secret's name: lowercase letters, digits, '-' and '.', as meshwrap-serving-tls".into())
     }
 }
 
@@ -242,6 +270,40 @@ fn ca_bundle(new_ca: &str, previous: Option<&str>) -> Result<String, String> {
 /// Reads `--previous-ca`.
 pub fn read_previous_ca(path: &std::path::Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("--previous-ca {}: {e}", path.display()))
+}
+
+/// Reads `--ca-bundle`.
+pub fn read_ca_bundle(path: &std::path::Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("--ca-bundle {}: {e}", path.display()))
+}
+
+/// `--tls-secret` and `--ca-bundle`, checked together: the caBundle
+/// (base64 of the file as given), or None without them.
+fn existing_bundle(req: &Request) -> Result<Option<String>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let hint = "the CA (PEM) that signed the certificate in the Secret, which the API server must trust";
+    let (secret, pem) = match (&req.tls_secret, &req.ca_bundle) {
+        (None, None) => return Ok(None),
+        (Some(_), None) => return Err(format!("--tls-secret needs --ca-bundle FILE: {hint}")),
+        (None, Some(_)) => return Err("--ca-bundle goes with --tls-secret NAME, the Secret it trusts".into()),
+        (Some(secret), Some(pem)) => (secret, pem),
+    };
+    if req.self_signed {
+        return Err(format!(
+            "--tls-secret {secret} and --self-signed: choose one (your Secret, or one made here)"
+        ));
+    }
+    if pem.contains("PRIVATE KEY") {
+        return Err("--ca-bundle holds a private key: give only the CA certificate(s); the webhook configuration is readable cluster-wide".into());
+    }
+    let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("--ca-bundle: {e}"))?;
+    if certs.is_empty() {
+        return Err(format!("--ca-bundle: no PEM certificate in it; give {hint}"));
+    }
+    Ok(Some(base64(pem.as_bytes())))
 }
 
 fn pem_of(der: &[u8]) -> String {
@@ -412,6 +474,7 @@ fn container(req: &Request) -> Value {
 }
 
 fn deployment(c: &Common, req: &Request) -> Value {
+    let tls_secret = req.tls_secret.as_deref().unwrap_or(TLS_SECRET);
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": c.meta(NAME),
         "spec": {
@@ -436,7 +499,7 @@ fn deployment(c: &Common, req: &Request) -> Value {
                                             "labelSelector": {"matchLabels": {"app.kubernetes.io/name": NAME}}}
                     }]}},
                     "containers": [container(req)],
-                    "volumes": [{"name": "tls", "secret": {"secretName": TLS_SECRET}}]
+                    "volumes": [{"name": "tls", "secret": {"secretName": tls_secret}}]
                 }
             }
         }
@@ -583,12 +646,13 @@ pub fn objects(req: &Request) -> Result<Vec<Value>, String> {
     if req.events {
         out.extend(events_rbac(&c));
     }
-    let mut bundle = None;
-    if req.self_signed {
+    // The user's Secret (nothing to make), one made here, or cert-manager's.
+    let mut bundle = existing_bundle(req)?;
+    if bundle.is_none() && req.self_signed {
         let (secret, ca) = self_signed_secret(&c, req.previous_ca.as_deref())?;
         out.push(secret);
         bundle = Some(ca);
-    } else {
+    } else if bundle.is_none() {
         out.extend(cert_manager(&c));
     }
     out.extend([service(&c), deployment(&c, req), disruption_budget(&c)]);
@@ -622,6 +686,11 @@ pub fn render(req: &Request) -> Result<String, String> {
         header.push_str(
             "# To rotate, run again with --previous-ca set to the Secret's ca.crt: the API server then trusts both CAs.\n",
         );
+    }
+    if let Some(secret) = &req.tls_secret {
+        header.push_str(&format!(
+            "# The webhook serves with the Secret {secret} (kubernetes.io/tls), which you manage; the caBundle is --ca-bundle's.\n"
+        ));
     }
     Ok(header + &crate::yaml::emit::documents(&objects))
 }

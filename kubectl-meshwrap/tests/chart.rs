@@ -14,6 +14,10 @@
 //!   strictly;
 //! - self-managed certificates are kept across upgrades and rotated on
 //!   purpose, Helm's `lookup` reading a stand-in API server;
+//! - existing certificates (a Secret the user manages): nothing secret or
+//!   random rendered, exactly the given caBundle, the named Secret mounted;
+//! - the rendered matchConditions evaluate, as the API server would, to the
+//!   expected decision without error (tests/common/conditions.rs);
 //! - the plugin loads through Helm's own loader and injects a rendered chart,
 //!   hooks too, as Helm runs it.
 
@@ -259,7 +263,12 @@ fn assert_bundle_reaches_the_certificate(objects: &[Value], namespace: &str) -> 
     let bundle = b64(&configuration["webhooks"][0]["clientConfig"]["caBundle"]);
     assert_eq!(bundle, b64(&configuration["webhooks"][1]["clientConfig"]["caBundle"]));
     let (cert, key) = (b64(&secret["data"]["tls.crt"]), b64(&secret["data"]["tls.key"]));
-    let webhook = Webhook::start_with("chart-tls", &cert, &key, &[]);
+    // A folder of its own (Webhook::start_with's is named by this and the
+    // process): tests calling this run in parallel, and one writing its
+    // pair over another's made the other's handshake fail.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let webhook = Webhook::start_with(&format!("chart-tls-{n}"), &cert, &key, &[]);
     for name in [
         format!("meshwrap-webhook.{namespace}.svc"),
         format!("meshwrap-webhook.{namespace}.svc.cluster.local"),
@@ -281,7 +290,14 @@ fn the_chart_and_manifests_make_the_same_objects_for_the_same_settings() {
     }
     let defaults = values("default");
     let self_managed = values("self-managed");
-    let cases: [Case; 5] = [
+    // Existing certificates, without the ServiceMonitor manifests has no
+    // flag for; manifests reads the CA as PEM from a file.
+    let mut existing = values("existing");
+    existing["serviceMonitor"]["enabled"] = json!(false);
+    let ca_file = scratch("existing-ca").join("ca.crt");
+    std::fs::write(&ca_file, b64(&existing["certificates"]["existing"]["caBundle"])).unwrap();
+    let ca_file = ca_file.to_string_lossy().into_owned();
+    let cases: [Case; 6] = [
         ("defaults", &defaults, "meshwrap-system", None, vec![]),
         (
             "defaults on 1.30",
@@ -337,6 +353,13 @@ fn the_chart_and_manifests_make_the_same_objects_for_the_same_settings() {
                 "10.244.0.0/16,fd00:10:244::/56",
             ],
         ),
+        (
+            "existing certificates",
+            &existing,
+            "meshwrap-system",
+            None,
+            vec!["--tls-secret", "meshwrap-serving-tls", "--ca-bundle", &ca_file],
+        ),
     ];
     for (case, values, namespace, kube, args) in cases {
         let (objects, _) = render(values, namespace, kube).unwrap_or_else(|e| panic!("{case}: {e}"));
@@ -352,13 +375,16 @@ fn the_chart_and_manifests_make_the_same_objects_for_the_same_settings() {
 
 /// The documented sets of values: each renders to its golden (the root
 /// crate's schema test validates the goldens strictly) and lints strictly.
-const DOCUMENTED: [&str; 4] = ["default", "self-managed", "operations", "servicemonitor"];
+const DOCUMENTED: [&str; 5] = ["default", "self-managed", "operations", "servicemonitor", "existing"];
 
 fn golden_text(objects: &[Value]) -> String {
     let mut text = String::from(
         "# What real Helm renders for charts/meshwrap/ci/ of the same name (kubectl-meshwrap/tests/chart.rs);\n\
          # certificates, keys and bundles are made at each render and redacted here.\n",
     );
+    // A bundle the chart made with its Secret is random; one given
+    // (certificates.mode=existing) is kept as it is.
+    let made = objects.iter().any(|d| d["kind"] == "Secret");
     for doc in objects {
         let mut doc = doc.clone();
         if doc["kind"] == "Secret" {
@@ -368,7 +394,7 @@ fn golden_text(objects: &[Value]) -> String {
         }
         if doc["kind"] == "MutatingWebhookConfiguration" {
             for w in doc["webhooks"].as_array_mut().unwrap() {
-                if w["clientConfig"].get("caBundle").is_some() {
+                if made && w["clientConfig"].get("caBundle").is_some() {
                     w["clientConfig"]["caBundle"] = json!("(random CA, base64)");
                 }
             }
@@ -458,6 +484,22 @@ fn bad_values_are_refused_with_what_they_accept() {
             "/admission/timeoutSeconds",
         ),
         (json!({"certificates": {"mode": "vault"}}), "/certificates/mode"),
+        (
+            json!({"certificates": {"mode": "existing"}}),
+            "/certificates/existing/secretName",
+        ),
+        (
+            json!({"certificates": {"mode": "existing", "existing": {"secretName": "tls"}}}),
+            "/certificates/existing/caBundle",
+        ),
+        (
+            json!({"certificates": {"mode": "existing", "existing": {"secretName": "tls", "caBundle": "-----BEGIN CERTIFICATE-----"}}}),
+            "/certificates/existing/caBundle",
+        ),
+        (
+            json!({"certificates": {"mode": "existing", "existing": {"secretName": "TLS_secret", "caBundle": "aGk="}}}),
+            "/certificates/existing/secretName",
+        ),
         (json!({"evnts": {"enabled": false}}), "evnts"),
     ] {
         let error = helm(json!({"op": "schema", "chart": chart(), "values": with(patch.clone())})).unwrap_err();
@@ -498,6 +540,45 @@ fn bad_values_are_refused_with_what_they_accept() {
     ] {
         let error = render(&values, namespace, None).unwrap_err();
         assert!(error.contains(says), "{values} in {namespace}: {error}");
+    }
+    // What the schema lets through and the templates refuse: base64 of
+    // something that is not a certificate, or that holds a key.
+    let pem = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+    for (bundle, says) in [
+        (pem("hello"), "certificates.existing.caBundle is not a PEM certificate"),
+        (
+            pem(
+                "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n-----BEGIN PRIVATE KEY-----\nMIGH\n-----END PRIVATE KEY-----\n",
+            ),
+            "certificates.existing.caBundle holds a private key",
+        ),
+    ] {
+        let values = with(json!({"certificates": {"mode": "existing",
+                                                  "existing": {"secretName": "tls", "caBundle": bundle}}}));
+        let error = render(&values, "meshwrap-system", None)
+            .err()
+            .unwrap_or_else(|| panic!("rendered, though the templates should refuse it: {says}"));
+        assert!(error.contains(says), "{error}");
+    }
+    // And, where the schema is skipped (helm install
+    // --skip-schema-validation), the templates name the missing value.
+    for (existing, says) in [
+        (
+            json!({}),
+            "certificates.existing.secretName is required with certificates.mode=existing",
+        ),
+        (
+            json!({"secretName": "tls"}),
+            "certificates.existing.caBundle is required with certificates.mode=existing",
+        ),
+    ] {
+        let values = with(json!({"certificates": {"mode": "existing", "existing": existing}}));
+        let error = helm(
+            json!({"op": "install", "chart": chart(), "name": "meshwrap", "values": values,
+                                "namespace": "meshwrap-system", "skip_schema_validation": true}),
+        )
+        .unwrap_err();
+        assert!(error.contains(says), "{error}");
     }
 }
 
@@ -576,6 +657,91 @@ fn self_managed_certificates_are_kept_on_upgrade_and_rotated_on_purpose_without_
     let (replaced_bundle, replaced_ca) = assert_bundle_reaches_the_certificate(&replaced, "meshwrap-system");
     assert_ne!(replaced_ca, ca);
     assert_eq!(pems(&replaced_bundle), [replaced_ca.trim(), ca.trim()]);
+}
+
+#[test]
+fn existing_certificates_render_no_secret_and_exactly_the_given_ca_bundle_every_time() {
+    if !helm_ready() {
+        return;
+    }
+    let values = values("existing");
+    let given = &values["certificates"]["existing"];
+    let (objects, notes) = render(&values, "meshwrap-system", None).unwrap();
+    let kinds: Vec<&str> = objects.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    for kind in ["Secret", "Issuer", "Certificate"] {
+        assert!(!kinds.contains(&kind), "{kind} in {kinds:?}");
+    }
+    let configuration = objects
+        .iter()
+        .find(|d| d["kind"] == "MutatingWebhookConfiguration")
+        .unwrap();
+    assert!(
+        configuration["metadata"].get("annotations").is_none(),
+        "{configuration}"
+    );
+    for webhook in configuration["webhooks"].as_array().unwrap() {
+        assert_eq!(webhook["clientConfig"]["caBundle"], given["caBundle"]);
+    }
+    let deployment = objects.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["volumes"],
+        json!([{"name": "tls", "secret": {"secretName": given["secretName"]}}])
+    );
+    // The ServiceMonitor verifies the webhook with the same CA, from a
+    // ConfigMap (the user's Secret need not hold a ca.crt).
+    let ca = objects.iter().find(|d| d["kind"] == "ConfigMap").unwrap();
+    assert_eq!(ca["data"]["ca.crt"].as_str().unwrap(), b64(&given["caBundle"]));
+    let monitor = objects.iter().find(|d| d["kind"] == "ServiceMonitor").unwrap();
+    assert_eq!(
+        monitor["spec"]["endpoints"][0]["tlsConfig"]["ca"],
+        json!({"configMap": {"name": ca["metadata"]["name"], "key": "ca.crt"}})
+    );
+    assert!(notes.contains("meshwrap-serving-tls"), "{notes}");
+    // Every render is the same (helm template, as Argo CD renders).
+    assert_eq!(render(&values, "meshwrap-system", None).unwrap().0, objects);
+    // manifests --tls-secret --ca-bundle: the same bundle, byte for byte.
+    let ca_file = scratch("existing-same-ca").join("ca.crt");
+    std::fs::write(&ca_file, b64(&given["caBundle"])).unwrap();
+    let printed = manifests(&[
+        "--tls-secret",
+        "meshwrap-serving-tls",
+        "--ca-bundle",
+        ca_file.to_str().unwrap(),
+    ]);
+    let printed = printed
+        .iter()
+        .find(|d| d["kind"] == "MutatingWebhookConfiguration")
+        .unwrap();
+    for webhook in printed["webhooks"].as_array().unwrap() {
+        assert_eq!(webhook["clientConfig"]["caBundle"], given["caBundle"]);
+    }
+
+    // A Secret made elsewhere (here by manifests --self-signed) and its CA:
+    // a webhook serving that Secret is reached under the Service's name by
+    // a client trusting only the bundle the chart rendered.
+    let made = manifests(&["--self-signed"]);
+    let secret = made.iter().find(|d| d["kind"] == "Secret").unwrap();
+    let mut own = values.clone();
+    own["certificates"]["existing"] = json!({"secretName": "platform-tls", "caBundle": secret["data"]["ca.crt"]});
+    let (objects, _) = render(&own, "meshwrap-system", None).unwrap();
+    let configuration = objects
+        .iter()
+        .find(|d| d["kind"] == "MutatingWebhookConfiguration")
+        .unwrap();
+    let bundle = b64(&configuration["webhooks"][0]["clientConfig"]["caBundle"]);
+    let webhook = Webhook::start_with(
+        "chart-existing",
+        &b64(&secret["data"]["tls.crt"]),
+        &b64(&secret["data"]["tls.key"]),
+        &[],
+    );
+    let mut client = Client::connect_named(
+        webhook.port,
+        client_config(&bundle),
+        "meshwrap-webhook.meshwrap-system.svc",
+    )
+    .unwrap();
+    assert_eq!(client.get("/healthz").unwrap().status, 200);
 }
 
 #[test]
@@ -809,4 +975,24 @@ fn docs_webhook_md_lists_every_value_with_its_default() {
         listed, expected,
         "docs/webhook.md's values table and charts/meshwrap/values.yaml differ"
     );
+}
+
+/// The chart's matchConditions as real Helm renders them, evaluated as the
+/// API server evaluates them (tests/common/conditions.rs; manifests' are
+/// in tests/manifests.rs): no pod makes one fail, and each sample pod is
+/// left alone or sent as it should be.
+#[test]
+fn the_charts_match_conditions_evaluate_without_error_to_the_expected_decision() {
+    if !helm_ready() {
+        return;
+    }
+    for namespace in ["meshwrap-system", "platform-tools"] {
+        let (objects, _) = render(&values("default"), namespace, Some("v1.30.0")).unwrap();
+        let configuration = objects
+            .iter()
+            .find(|d| d["kind"] == "MutatingWebhookConfiguration")
+            .unwrap();
+        let decided = conditions::assert_match_conditions_decide_as_expected(configuration, namespace);
+        assert_eq!(decided, 2 * conditions::samples(namespace).len());
+    }
 }

@@ -239,6 +239,88 @@ fn self_signed_embeds_a_ca_bundle_that_reaches_the_webhook_serving_its_certifica
     assert!(!again.stdout.contains(secret["data"]["tls.key"].as_str().unwrap()));
 }
 
+/// `--tls-secret NAME --ca-bundle FILE` (the chart's
+/// certificates.mode=existing): the webhook mounts the Secret you manage,
+/// the API server trusts exactly the file's CA, and nothing secret or random
+/// is printed, so the output can be committed.
+#[test]
+fn a_secret_you_manage_is_mounted_and_exactly_its_ca_trusted_with_nothing_secret_printed() {
+    let ca_file = goldens().join("example-ca.pem");
+    let ca = ca_file.to_str().unwrap();
+    let args = ["--tls-secret", "meshwrap-serving-tls", "--ca-bundle", ca];
+    let run = manifests(&args);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stderr, "");
+    check_golden("existing-secret.yaml", &run.stdout);
+    assert_eq!(manifests(&args).stdout, run.stdout, "every run is the same");
+    let docs = documents(&run.stdout);
+    for kind in ["Secret", "Issuer", "Certificate"] {
+        assert!(by_kind(&docs, kind).is_empty(), "{kind}");
+    }
+    let configuration = by_kind(&docs, "MutatingWebhookConfiguration")[0];
+    assert!(
+        configuration["metadata"].get("annotations").is_none(),
+        "no cert-manager injection"
+    );
+    let pem = std::fs::read(&ca_file).unwrap();
+    for webhook in configuration["webhooks"].as_array().unwrap() {
+        assert_eq!(
+            webhook["clientConfig"]["caBundle"],
+            base64::engine::general_purpose::STANDARD.encode(&pem)
+        );
+    }
+    let deployment = by_kind(&docs, "Deployment")[0];
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["volumes"],
+        json!([{"name": "tls", "secret": {"secretName": "meshwrap-serving-tls"}}])
+    );
+
+    // Half of it, both ways at once, or a bundle that is not one: one line
+    // naming the flag, and nothing printed.
+    let dir = common::temp_dir("ca-bundles");
+    let (key, empty) = (dir.join("with-key.pem"), dir.join("empty.pem"));
+    let text = String::from_utf8(pem).unwrap();
+    std::fs::write(
+        &key,
+        format!("{text}-----BEGIN PRIVATE KEY-----\nMIGH\n-----END PRIVATE KEY-----\n"),
+    )
+    .unwrap();
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    let (key, empty) = (key.to_str().unwrap(), empty.to_str().unwrap());
+    for (args, says) in [
+        (vec!["--tls-secret", "tls"], "--tls-secret needs --ca-bundle"),
+        (vec!["--ca-bundle", ca], "--ca-bundle goes with --tls-secret"),
+        (
+            vec!["--tls-secret", "tls", "--ca-bundle", ca, "--self-signed"],
+            "--self-signed: choose one",
+        ),
+        (
+            vec!["--tls-secret", "tls", "--ca-bundle", key],
+            "--ca-bundle holds a private key",
+        ),
+        (
+            vec!["--tls-secret", "tls", "--ca-bundle", empty],
+            "--ca-bundle: no PEM certificate",
+        ),
+        (
+            vec!["--tls-secret", "tls", "--ca-bundle", "/nonexistent/ca.pem"],
+            "--ca-bundle /nonexistent/ca.pem",
+        ),
+        (vec!["--tls-secret", "TLS_secret", "--ca-bundle", ca], "--tls-secret"),
+        (
+            vec!["--tls-secret", "tls", "--ca-bundle", ca, "--previous-ca", ca],
+            "--previous-ca goes with --self-signed",
+        ),
+    ] {
+        let run = manifests(&args);
+        assert_ne!(run.code, 0, "{args:?}");
+        assert_eq!(run.stdout, "", "{args:?}");
+        assert_eq!(run.stderr.lines().count(), 1, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn manifests_without_its_images_is_one_line_and_prints_nothing() {
     for (args, says) in [
@@ -616,5 +698,37 @@ fn match_conditions_leave_opted_out_pods_and_the_never_selected_namespaces_to_th
             "{}",
             run.stderr
         );
+    }
+}
+
+/// The matchConditions as printed, evaluated as the API server evaluates
+/// them (tests/common/conditions.rs): no pod makes one fail (failurePolicy
+/// Fail would refuse it), and each sample pod is left alone or sent as it
+/// should be, in the default namespace and another.
+#[test]
+fn match_conditions_evaluate_without_error_to_the_expected_decision_for_every_kind_of_pod() {
+    for (own, args) in [
+        ("meshwrap-system", vec![]),
+        (
+            "platform-tools",
+            vec!["--namespace", "platform-tools", "--kube-version", "1.30"],
+        ),
+    ] {
+        let run = manifests(&args);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let docs = documents(&run.stdout);
+        let configuration = by_kind(&docs, "MutatingWebhookConfiguration")[0];
+        let decided = conditions::assert_match_conditions_decide_as_expected(configuration, own);
+        assert_eq!(decided, 2 * conditions::samples(own).len());
+    }
+    // The API server skips a pod for an opt-out exactly where the webhook
+    // itself (the same decision as inject's) would leave it alone.
+    for (what, _, metadata, expected) in conditions::samples("meshwrap-system") {
+        let mut pod = conditions::pod(metadata);
+        pod["metadata"]["name"] = json!("p");
+        let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "--allow-skip"], &pod.to_string());
+        let opted_out = run.stderr.contains("opted out: meshwrap.io/inject is \"false\"");
+        let by_opt_out = matches!(&expected, conditions::Decision::Skip(c) if c.starts_with("not-opted-out"));
+        assert_eq!(opted_out, by_opt_out, "{what}: {}", run.stderr);
     }
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod conditions;
 pub mod https;
 
 use std::io::Write;

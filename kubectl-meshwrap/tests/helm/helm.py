@@ -15,9 +15,11 @@ config.py; the option keys are helm-c-sdk's, pkg/wrapper):
 - install: Config(kubeconfig_content=...).install(...) with dry_run="client"
   does not touch a cluster; the post_renderer and post_renderer_args keys
   (helm-c-sdk's renderTweaks) go through helm_install itself, since the
-  wrapper does not pass them. Helm finds the plugin in HELM_PLUGINS with its
-  own loader (internal/plugin/loader.go), read when the library loads: the
-  caller sets it in this process's environment.
+  wrapper does not pass them; skip_schema_validation (`helm install
+  --skip-schema-validation`) lets a test reach the templates' own checks.
+  Helm finds the plugin in HELM_PLUGINS with its own loader
+  (internal/plugin/loader.go), read when the library loads: the caller sets
+  it in this process's environment.
 - render with lookup: Config.render (helm_render_with_config) against a
   stand-in API server started here, which answers discovery and serves the
   objects the request names, so `lookup` sees them as on an upgrade.
@@ -90,7 +92,7 @@ def install(req):
     with helm.Config(kubeconfig_content=offline_kubeconfig(), namespace=req["namespace"]) as cfg:
         with helm.Chart.load(req["chart"]) as chart:
             opts = {"namespace": req["namespace"], "dry_run": "client"}
-            for key in ("kube_version", "post_renderer", "post_renderer_args"):
+            for key in ("kube_version", "post_renderer", "post_renderer_args", "skip_schema_validation"):
                 if req.get(key) is not None:
                     opts[key] = req[key]
             out = _native.call_string(
