@@ -27,6 +27,9 @@ pub enum Reply {
     Garbage,
     /// Closes the connection without answering.
     Close,
+    /// Resets the connection (RST) without answering, once it has read the
+    /// whole request.
+    Reset,
     /// Closes the connection without answering and stops listening: a
     /// sidecar that exits as it takes a quit.
     ExitWithoutAnswer,
@@ -300,7 +303,9 @@ fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>, port: u16, id: u
     if shared.state.lock().unwrap().connections == Connections::DropIdle {
         thread::sleep(Duration::from_millis(1));
     }
-    let _ = stream.shutdown(Shutdown::Both);
+    if !resetting(&stream) {
+        let _ = stream.shutdown(Shutdown::Both);
+    }
 }
 
 /// Answers one request; true when the connection stays open for another.
@@ -361,6 +366,10 @@ fn answer(stream: &mut TcpStream, shared: &Shared, port: u16, id: usize) -> bool
             false
         }
         Reply::Close | Reply::ExitWithoutAnswer => false,
+        Reply::Reset => {
+            reset(stream);
+            false
+        }
         Reply::Late(ms, code) => {
             thread::sleep(Duration::from_millis(ms));
             http::respond_with(stream, &format!("{code} X"), b"OK", close);
@@ -382,4 +391,47 @@ fn answer(stream: &mut TcpStream, shared: &Shared, port: u16, id: usize) -> bool
         let _ = TcpStream::connect(("127.0.0.1", port));
     }
     answered && !close && connections == Connections::KeepAlive
+}
+
+/// Whether [`reset`] was called on `stream` (a shutdown would send FIN first).
+fn resetting(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut linger = libc::linger {
+        l_onoff: 0,
+        l_linger: 0,
+    };
+    let mut size = size_of_val(&linger) as libc::socklen_t;
+    // SAFETY: a plain getsockopt on a descriptor `stream` owns, into a live
+    // struct of `size` bytes.
+    let ok = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw mut linger).cast(),
+            &mut size,
+        )
+    } == 0;
+    ok && linger.l_onoff != 0 && linger.l_linger == 0
+}
+
+/// Makes the connection's close a reset: SO_LINGER on, with no time to
+/// linger, so the kernel sends RST instead of FIN.
+fn reset(stream: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a plain setsockopt on a descriptor `stream` owns, with a
+    // pointer to a live struct and its size.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw const linger).cast(),
+            size_of_val(&linger) as libc::socklen_t,
+        );
+    }
 }
