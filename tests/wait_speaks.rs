@@ -107,6 +107,44 @@ fn meshwraps_own_failure_is_the_termination_message() {
 }
 
 #[test]
+fn meshwraps_refusals_before_the_wait_are_the_termination_message_and_quit_the_sidecar() {
+    let dir = tempdir();
+    let log = dir.join("termination-log");
+    let not_a_dir = dir.join("a-file");
+    std::fs::write(&not_a_dir, "").unwrap();
+    let guard_dir = not_a_dir.join("guard");
+    let guard_dir = guard_dir.to_str().unwrap();
+    for (flags, said) in [
+        (vec!["--exec"], "meshwrap: --exec: meshwrap would have to stay to quit"),
+        (vec!["--guard-dir", guard_dir], "meshwrap: --guard-dir"),
+    ] {
+        std::fs::write(&log, "").unwrap();
+        let sidecar = FakeSidecar::ready();
+        let run = wrapped(&sidecar)
+            .arg("--termination-log")
+            .arg(&log)
+            .args(&flags)
+            .args(["sh", "-c", "echo ran"])
+            .run();
+        run.assert_code(125).assert_stdout("").assert_stderr_has(said);
+        let message = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            message.starts_with(said) && message.ends_with('\n') && message.lines().count() == 1,
+            "{flags:?}: {message:?}"
+        );
+        assert_eq!(sidecar.quits(), 1, "{flags:?}: the sidecar is quit");
+        assert_eq!(sidecar.polls(), 0, "{flags:?}: nothing waited for");
+    }
+    // --quit-policy on-success: exit 125 is no success, so no quit.
+    let sidecar = FakeSidecar::ready();
+    wrapped(&sidecar)
+        .args(["--quit-policy", "on-success", "--guard-dir", guard_dir, "true"])
+        .run()
+        .assert_code(125);
+    assert_eq!(sidecar.quits(), 0);
+}
+
+#[test]
 fn no_termination_log_is_created_where_none_is_mounted() {
     let log = tempdir().join("not-mounted");
     let never = FakeSidecar::refusing();
