@@ -72,6 +72,8 @@ struct State {
     exit_on_quit: bool,
     connections: Connections,
     accepted: usize,
+    /// Connections served to their end.
+    finished: usize,
     requests: Vec<Request>,
 }
 
@@ -180,6 +182,25 @@ impl FakeSidecar {
         let shared = self.shared.clone();
         let port = self.port;
         *self.listener.lock().unwrap() = Some(thread::spawn(move || serve(listener, shared, port)));
+    }
+
+    /// Waits (up to 10 s) until every connection made to it so far has been
+    /// served to its end, so that all a client which has exited sent is
+    /// recorded. A connect of its own is accepted after every earlier one
+    /// (the accept queue is first in, first out).
+    pub fn settle(&self) {
+        let before = self.shared.state.lock().unwrap().accepted;
+        let sentinel =
+            !self.shared.closed.load(Ordering::SeqCst) && TcpStream::connect(("127.0.0.1", self.port)).is_ok();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut state = self.shared.state.lock().unwrap();
+        while (sentinel && state.accepted <= before && !self.shared.closed.load(Ordering::SeqCst))
+            || state.finished < state.accepted
+        {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "the fake sidecar did not settle in 10 s");
+            state = self.shared.changed.wait_timeout(state, left).unwrap().0;
+        }
     }
 
     /// Stops listening: from now on connections are refused.
@@ -306,6 +327,8 @@ fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>, port: u16, id: u
     if !resetting(&stream) {
         let _ = stream.shutdown(Shutdown::Both);
     }
+    shared.state.lock().unwrap().finished += 1;
+    shared.changed.notify_all();
 }
 
 /// Answers one request; true when the connection stays open for another.
