@@ -676,7 +676,7 @@ fn edit_units(d: &Doc, editor: &edit::Editor, units: &mut [Unit], working: &mut 
     if good.is_empty() || reads_as_planned(d, &edits, working, &stand_ins(working, units, |_| true)) {
         return edits;
     }
-    for (unit, edits) in units.iter_mut().zip(&per_unit) {
+    for (unit, edits) in units.iter_mut().zip(&per_unit).filter(|(u, _)| u.live) {
         let why = why_uneditable(d, unit, edits.as_deref().unwrap_or_default(), working);
         unit.refuse(Verdict::Error, &why);
     }
