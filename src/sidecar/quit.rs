@@ -341,3 +341,19 @@ fn rejection_cause(status: u16) -> String {
         other => format!("HTTP {other}: the sidecar rejected the request; not retrying"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connect_gets_the_smaller_of_the_request_timeout_and_what_is_left_the_first_at_least_its_floor() {
+        let ms = Duration::from_millis;
+        assert_eq!(connect_bound(ms(10_000), ms(300), 1), ms(300));
+        assert_eq!(connect_bound(ms(10_000), ms(300), 2), ms(300));
+        assert_eq!(connect_bound(ms(200), ms(5_000), 3), ms(200));
+        assert_eq!(connect_bound(ms(1_000), Duration::ZERO, 1), FIRST_CONNECT);
+        assert_eq!(connect_bound(ms(50), Duration::ZERO, 1), ms(50));
+        assert_eq!(connect_bound(ms(1_000), Duration::ZERO, 2), Duration::ZERO);
+    }
+}
