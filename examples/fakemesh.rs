@@ -20,6 +20,13 @@
 //!   `vault.hashicorp.com/agent-enable-quit: "true"`) or `dapr` (GET
 //!   :3500/v1.0/healthz/outbound, POST :3500/v1.0/shutdown). A quit it takes
 //!   exits 0.
+//! - `fakemesh cloudsql DELAY_MS ARGS...`: a Cloud SQL Auth Proxy v2 given
+//!   ARGS, read as the proxy reads them: `--http-port`, `--http-address`,
+//!   `--admin-port`, `--health-check`, `--quitquitquit` (`--flag=value` or
+//!   `--flag value`), each flag over its `CSQL_PROXY_*` variable. With
+//!   `--health-check` it answers `GET /startup` on the HTTP address and port;
+//!   with `--quitquitquit`, `GET` or `POST /quitquitquit` on localhost's admin
+//!   port, which it answers and exits 0. Nothing else listens.
 //! - `fakemesh serve ADDR BYTES`: the remote host: answers every request with BYTES bytes.
 //! - `fakemesh fetch URL CODE`: the app: downloads URL and exits CODE, or 1 if
 //!   the download failed.
@@ -65,13 +72,14 @@ fn main() {
             Duration::from_millis(quit.parse().unwrap()),
         ),
         ["proxy", kind, delay, annotations] => proxy(kind, Duration::from_millis(delay.parse().unwrap()), annotations),
+        ["cloudsql", delay, args @ ..] => cloudsql(Duration::from_millis(delay.parse().unwrap()), args),
         ["serve", addr, bytes] => serve(addr, bytes.parse().unwrap()),
         ["fetch", url, code] => std::process::exit(fetch_main(url, code.parse().unwrap())),
         ["worker", listen, peer] => std::process::exit(worker(listen, peer)),
         ["container", command @ ..] if !command.is_empty() => std::process::exit(container(command)),
         _ => {
             eprintln!(
-                "usage: fakemesh sidecar UID DELAY_MS [QUIT_MS] | proxy KIND DELAY_MS ANNOTATIONS | serve ADDR BYTES | fetch URL CODE | worker LISTEN PEER_URL | container COMMAND..."
+                "usage: fakemesh sidecar UID DELAY_MS [QUIT_MS] | proxy KIND DELAY_MS ANNOTATIONS | cloudsql DELAY_MS ARGS... | serve ADDR BYTES | fetch URL CODE | worker LISTEN PEER_URL | container COMMAND..."
             );
             std::process::exit(2);
         }
@@ -178,6 +186,74 @@ fn proxy(kind: &str, delay: Duration, annotations: &str) {
         } else {
             respond(&mut conn, "404 Not Found", b"");
         }
+    }
+}
+
+/// One setting of the Cloud SQL proxy: its flag (the last given), else its
+/// `CSQL_PROXY_` variable, else the default.
+fn cloudsql_setting(args: &[&str], flag: &str, boolean: bool, default: &str) -> String {
+    let mut found = None;
+    let mut words = args.iter();
+    while let Some(word) = words.next() {
+        if let Some(value) = word.strip_prefix(&format!("--{flag}=")) {
+            found = Some(value.to_string());
+        } else if *word == format!("--{flag}") {
+            found = if boolean {
+                Some("true".to_string())
+            } else {
+                words.next().map(|w| w.to_string())
+            };
+        }
+    }
+    let variable = format!("CSQL_PROXY_{}", flag.to_uppercase().replace('-', "_"));
+    found
+        .or_else(|| std::env::var(variable).ok())
+        .unwrap_or_else(|| default.to_string())
+}
+
+/// The Cloud SQL Auth Proxy's readiness and quit servers, where its flags put them.
+fn cloudsql(delay: Duration, args: &[&str]) {
+    let on = |flag| cloudsql_setting(args, flag, true, "false") == "true";
+    let (health, quit) = (on("health-check"), on("quitquitquit"));
+    let http_port = cloudsql_setting(args, "http-port", false, "9090");
+    let address = match cloudsql_setting(args, "http-address", false, "localhost").as_str() {
+        "localhost" => "127.0.0.1".to_string(),
+        other => other.to_string(),
+    };
+    let admin_port = cloudsql_setting(args, "admin-port", false, "9091");
+    say("cloudsql: container started, not listening yet");
+    thread::sleep(delay);
+    if health {
+        let http = TcpListener::bind(format!("{address}:{http_port}")).expect("bind the http port");
+        thread::spawn(move || {
+            for mut conn in http.incoming().flatten() {
+                let line = read_head(&mut conn);
+                let status = if line.starts_with("GET /startup ") {
+                    "200 OK"
+                } else {
+                    "404 Not Found"
+                };
+                respond(&mut conn, status, b"");
+            }
+        });
+    }
+    let admin = quit.then(|| TcpListener::bind(format!("127.0.0.1:{admin_port}")).expect("bind the admin port"));
+    say(&format!(
+        "cloudsql: up (startup on {address}:{http_port}: {health}, quitquitquit on :{admin_port}: {quit})"
+    ));
+    let Some(admin) = admin else {
+        loop {
+            thread::sleep(Duration::from_secs(3600));
+        }
+    };
+    for mut conn in admin.incoming().flatten() {
+        let line = read_head(&mut conn);
+        if line.starts_with("GET /quitquitquit ") || line.starts_with("POST /quitquitquit ") {
+            respond(&mut conn, "200 OK", b"");
+            say(&format!("cloudsql: quit received on :{admin_port}, exiting"));
+            std::process::exit(0);
+        }
+        respond(&mut conn, "404 Not Found", b"");
     }
 }
 

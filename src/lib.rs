@@ -26,6 +26,7 @@ pub mod duration;
 pub mod guard;
 pub mod install;
 pub mod log;
+pub mod meshes;
 pub mod scuttle;
 pub mod sidecar;
 pub mod supervise;
@@ -114,16 +115,12 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
         config.auto,
     );
     if let Err(line) = exec_allowed(config, &plan) {
-        log::stderr_line(&format!("meshwrap: {line}"));
-        return EXIT_MESHWRAP_FAILED;
+        return refused(config, &plan, &line).await;
     }
     let mut hold = match &config.guard_dir {
         Some(dir) => match Hold::take(dir, config.quit_policy) {
             Ok(hold) => Some(hold),
-            Err(line) => {
-                log::stderr_line(&format!("meshwrap: {line}"));
-                return EXIT_MESHWRAP_FAILED;
-            }
+            Err(line) => return refused(config, &plan, &line).await,
         },
         None => None,
     };
@@ -152,6 +149,17 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
     }
     quit_sidecars(config, &plan.quit, code, (seen_ready, false), &mut hold).await;
     code
+}
+
+/// meshwrap's own failure before the wait (`--exec` refused, a
+/// `--guard-dir` it cannot take): the line on stderr and in the termination
+/// log, and the quit as the policy says for exit 125, since a sidecar may
+/// be running that nothing else will quit. The command never runs.
+async fn refused(config: &Config, plan: &sidecar::Plan, line: &str) -> u8 {
+    log::stderr_line(&format!("meshwrap: {line}"));
+    terminated(config, line);
+    quit_sidecars(config, &plan.quit, EXIT_MESHWRAP_FAILED, (false, false), &mut None).await;
+    EXIT_MESHWRAP_FAILED
 }
 
 /// `--exec` leaves nothing behind to quit the sidecars, so it is refused

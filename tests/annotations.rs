@@ -71,7 +71,10 @@ fn a_pod_without_the_sidecar_skips_it_and_starts_at_once() {
     let cases = [
         (vec![], "Istio did not inject this pod"),
         (vec![r#"sidecar.istio.io/inject="false""#], "opted out of injection"),
-        (vec![r#"ambient.istio.io/redirection="enabled""#], "ambient mode"),
+        (
+            vec![r#"ambient.istio.io/redirection="enabled""#],
+            "ambient.istio.io/redirection: \"enabled\"",
+        ),
     ];
     for (lines, why) in cases {
         let (run, ready, quit) = istio(&annotations(&lines), &[]);
@@ -121,15 +124,16 @@ fn only_the_absent_preset_is_skipped() {
 
 #[test]
 fn a_malformed_file_warns_and_keeps_the_classic_behaviour() {
-    for lines in [
-        vec!["this is not key=\"value\" format"],
-        vec![r#"sidecar.istio.io/status="{not json""#],
-    ] {
-        let (run, ready, quit) = istio(&annotations(&lines), &[]);
-        run.assert_code(0)
-            .assert_stderr_has("warn: ignoring the pod annotations");
-        assert_eq!((ready.polls(), quit.quits()), (1, 1));
-    }
+    let (run, ready, quit) = istio(&annotations(&["this is not key=\"value\" format"]), &[]);
+    run.assert_code(0)
+        .assert_stderr_has("warn: ignoring the pod annotations");
+    assert_eq!((ready.polls(), quit.quits()), (1, 1));
+    // A malformed Istio status is a warning about Istio alone; its sidecar
+    // is taken as a regular one, waited for and quit.
+    let (run, ready, quit) = istio(&annotations(&[r#"sidecar.istio.io/status="{not json""#]), &[]);
+    run.assert_code(0)
+        .assert_stderr_has("warn: ignoring a pod annotation: sidecar.istio.io/status is not the JSON Istio writes");
+    assert_eq!((ready.polls(), quit.quits()), (1, 1));
 }
 
 #[test]
@@ -184,9 +188,11 @@ fn a_deeply_nested_istio_status_is_read_without_overflowing_the_stack() {
         .assert_stdout("started\n")
         .assert_stderr_has("runs as a native sidecar");
     assert_eq!((ready.polls(), quit.quits()), (1, 0));
-    // Unterminated at that depth: a warning, and nothing changes.
+    // Unterminated at that depth: a warning, and Istio's sidecar is quit as a regular one.
     let line = format!(r#"sidecar.istio.io/status="{{\"deep\":{}}}""#, "[".repeat(80_000));
-    warns_and_keeps_the_sidecars(&annotations(&[&line]), "is not the JSON Istio writes");
+    let (run, ready, quit) = istio(&annotations(&[&line]), &[]);
+    run.assert_code(0).assert_stderr_has("is not the JSON Istio writes");
+    assert_eq!((ready.polls(), quit.quits()), (1, 1));
 }
 
 /// `meshwrap --explain` with this annotations file: the auto rows.
@@ -246,6 +252,7 @@ fn auto_reads_native_switches_and_vaults_pre_populate_only() {
         r#"vault.hashicorp.com/agent-pre-populate-only="true""#,
         r#"linkerd.io/proxy-version="stable-2.20.0""#,
         r#"config.linkerd.io/proxy-enable-native-sidecar="true""#,
+        r#"config.alpha.linkerd.io/proxy-enable-native-sidecar="true""#,
     ]);
     let out = explained(&file, &[]);
     assert!(row(&out, "istio").contains("native: not quit"), "{out}");
@@ -266,26 +273,153 @@ fn dapr_is_found_by_its_label_when_labels_are_mounted() {
     assert!(row(&explained(&file, &[]), "dapr").contains("in the pod (dapr.io/sidecar-injected)"));
 }
 
-#[test]
-fn a_linkerd_pod_with_a_native_proxy_is_waited_for_but_not_quit() {
+/// meshwrap with the linkerd preset pointed at a fake, and these annotations
+/// beside Linkerd's mark: (the run, the fake's polls and quits).
+fn linkerd_with(lines: &[&str]) -> (Run, usize, usize) {
     let linkerd = FakeSidecar::ready();
     linkerd.set_paths("/ready", "/shutdown");
-    let file = annotations(&[
-        r#"linkerd.io/proxy-version="stable-2.20.0""#,
-        r#"config.linkerd.io/proxy-enable-native-sidecar="true""#,
-    ]);
-    Meshwrap::new()
+    let mut all = vec![r#"linkerd.io/proxy-version="stable-2.20.0""#];
+    all.extend_from_slice(lines);
+    let run = Meshwrap::new()
         .args([
             "--sidecar",
             &format!("linkerd=127.0.0.1:{}", linkerd.port()),
             "--pod-annotations",
         ])
+        .arg(annotations(&all))
+        .arg("true")
+        .run();
+    (run, linkerd.polls(), linkerd.quits())
+}
+
+#[test]
+fn a_linkerd_pod_with_a_native_proxy_is_waited_for_but_not_quit() {
+    // The keys every Linkerd version reads, as inject --native writes them.
+    let (run, polls, quits) = linkerd_with(&[
+        r#"config.linkerd.io/proxy-enable-native-sidecar="true""#,
+        r#"config.beta.linkerd.io/proxy-enable-native-sidecar="true""#,
+        r#"config.alpha.linkerd.io/proxy-enable-native-sidecar="true""#,
+    ]);
+    run.assert_code(0)
+        .assert_stderr_has("not quitting the linkerd sidecar: it runs as a native sidecar");
+    assert_eq!((polls, quits), (1, 0));
+}
+
+#[test]
+fn linkerd_stable_false_wins_over_alpha_true_and_the_proxy_is_quit_once() {
+    // Linkerd 2.20 reads config.linkerd.io/ first: a regular proxy.
+    let (run, polls, quits) = linkerd_with(&[
+        r#"config.linkerd.io/proxy-enable-native-sidecar="false""#,
+        r#"config.alpha.linkerd.io/proxy-enable-native-sidecar="true""#,
+    ]);
+    run.assert_code(0).assert_stderr_lacks("native sidecar");
+    assert_eq!((polls, quits), (1, 1));
+}
+
+#[test]
+fn linkerd_native_keys_that_not_every_version_reads_as_native_still_quit() {
+    for lines in [
+        // Unparsable: Linkerd keeps its cluster default, which no file shows.
+        vec![
+            r#"config.linkerd.io/proxy-enable-native-sidecar="yes""#,
+            r#"config.alpha.linkerd.io/proxy-enable-native-sidecar="true""#,
+        ],
+        // Only 2.20 reads the stable key: 2.15 to 2.19 run a regular proxy.
+        vec![r#"config.linkerd.io/proxy-enable-native-sidecar="true""#],
+        // 2.19 reads beta over alpha.
+        vec![
+            r#"config.beta.linkerd.io/proxy-enable-native-sidecar="false""#,
+            r#"config.alpha.linkerd.io/proxy-enable-native-sidecar="true""#,
+        ],
+    ] {
+        let (run, polls, quits) = linkerd_with(&lines);
+        run.assert_code(0);
+        assert_eq!((polls, quits), (1, 1), "{lines:?}");
+    }
+}
+
+#[test]
+fn auto_follows_the_ports_the_pods_annotations_moved() {
+    // Linkerd's config.linkerd.io/admin-port moves its readiness and its shutdown.
+    let linkerd = FakeSidecar::ready();
+    linkerd.set_paths("/ready", "/shutdown");
+    let port = linkerd.port().to_string();
+    let admin = format!("config.linkerd.io/admin-port=\"{port}\"");
+    let file = annotations(&[r#"linkerd.io/proxy-version="stable-2.20.0""#, &admin]);
+    Meshwrap::new()
+        .args(["--sidecar", "auto", "--pod-annotations"])
         .arg(&file)
         .arg("true")
         .run()
         .assert_code(0)
-        .assert_stderr_has("not quitting the linkerd sidecar: it runs as a native sidecar");
-    assert_eq!((linkerd.polls(), linkerd.quits()), (1, 0));
+        .assert_stderr_has("found the linkerd sidecar");
+    assert_eq!((linkerd.polls(), linkerd.quits()), (1, 1));
+}
+
+/// The quit URLs of a run's plan: `--exec` refuses to run while a quit is
+/// due, and names them.
+fn planned_quits(file: &std::path::Path) -> String {
+    let run = Meshwrap::new()
+        .args(["--exec", "--pod-annotations"])
+        .arg(file)
+        .args(["--", "true"])
+        .run();
+    run.assert_code(125);
+    run.stderr.lines().last().unwrap_or("").to_string()
+}
+
+#[test]
+fn explain_agrees_with_the_run_when_the_annotations_file_is_unreadable() {
+    let file = annotations(&[
+        "this is not key=\"value\" format",
+        r#"linkerd.io/proxy-version="edge-25.4.1""#,
+    ]);
+    let out = explained(&file, &[]);
+    assert!(
+        row(&out, "istio").contains("kept: the annotations file is unreadable"),
+        "{out}"
+    );
+    for name in ["linkerd", "vault", "dapr"] {
+        assert!(
+            row(&out, name).contains("skipped: the annotations file is unreadable"),
+            "{out}"
+        );
+    }
+    let quits = planned_quits(&file);
+    assert!(
+        quits.contains(":15020/quitquitquit") && !quits.contains(":4191/"),
+        "{quits}"
+    );
+}
+
+#[test]
+fn a_malformed_istio_status_leaves_the_other_meshes_to_auto() {
+    let file = annotations(&[
+        r#"linkerd.io/proxy-version="edge-25.4.1""#,
+        r#"sidecar.istio.io/status="not json""#,
+    ]);
+    let out = explained(&file, &[]);
+    assert!(
+        row(&out, "istio").contains("in the pod (sidecar.istio.io/status)"),
+        "{out}"
+    );
+    assert!(
+        row(&out, "linkerd").contains("in the pod (linkerd.io/proxy-version)"),
+        "{out}"
+    );
+    let quits = planned_quits(&file);
+    assert!(
+        quits.contains(":15020/quitquitquit") && quits.contains(":4191/shutdown"),
+        "{quits}"
+    );
+}
+
+#[test]
+fn explain_names_the_key_that_decided_dapr() {
+    let file = annotations(&[r#"dapr.io/enabled="yes""#]);
+    assert!(row(&explained(&file, &[]), "dapr").contains("in the pod (dapr.io/enabled)"));
+    std::fs::write(file.with_file_name("labels"), "dapr.io/sidecar-injected=\"true\"\n").unwrap();
+    assert!(row(&explained(&file, &[]), "dapr").contains("in the pod (dapr.io/sidecar-injected)"));
 }
 
 #[test]

@@ -89,3 +89,11 @@ fn the_scan_sees_a_violation() {
     // The scan itself: a room that does import what it is checked against.
     assert!(!violations("cli", &["config"]).is_empty());
 }
+
+#[test]
+fn the_mesh_facts_table_imports_nothing_of_either_program() {
+    // src/meshes.rs is data and pure functions, read by meshwrap's engine
+    // and by kubectl-meshwrap alike.
+    let found = violations("meshes", &["cli", "config", "sidecar", "supervise", "guard", "log"]);
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}

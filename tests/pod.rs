@@ -530,19 +530,27 @@ impl Wrapped {
         for volume in template["spec"]["volumes"].as_sequence().unwrap() {
             let vname = volume["name"].as_str().unwrap();
             let dir = pod.node.empty_dir(vname);
-            if volume.get("downwardAPI").is_some() {
-                let mut text = String::new();
-                if let Some(map) = template["metadata"]["annotations"].as_mapping() {
-                    for (k, v) in map {
-                        text.push_str(&format!("{}={:?}\n", k.as_str().unwrap(), v.as_str().unwrap()));
+            if let Some(items) = volume["downwardAPI"]["items"].as_sequence() {
+                let file = |field: &str| {
+                    let mut text = String::new();
+                    if let Some(map) = template["metadata"][field].as_mapping() {
+                        for (k, v) in map {
+                            text.push_str(&format!("{}={:?}\n", k.as_str().unwrap(), v.as_str().unwrap()));
+                        }
                     }
-                }
+                    text
+                };
+                let mut text = file("annotations");
                 for mark in marks {
                     text.push_str(mark);
                     text.push('\n');
                 }
                 std::fs::write(dir.join("annotations"), text).unwrap();
                 annotations = Some(dir.join("annotations"));
+                // The labels, where the volume mounts them (Dapr's mark is a label).
+                if items.iter().any(|i| i["fieldRef"]["fieldPath"] == "metadata.labels") {
+                    std::fs::write(dir.join("labels"), file("labels")).unwrap();
+                }
             }
             volumes.insert(vname.to_string(), dir.to_string_lossy().into_owned());
         }
@@ -606,15 +614,19 @@ impl Wrapped {
 
     /// The guard container, once it watches.
     fn guard(&self, pod: &MeshedPod) -> Running {
+        let mut guard = self.guard_started(pod);
+        guard.wait_stderr("guard: watching meshwrap's run");
+        guard
+    }
+
+    /// The guard container, started.
+    fn guard_started(&self, pod: &MeshedPod) -> Running {
         let spec = self.container("containers", "meshwrap-guard");
         let bin = meshwrap_bin().to_string_lossy().into_owned();
         let mut line = vec!["env".to_string(), self.podinfo(&spec), bin];
         line.extend(self.mapped(&spec, &strings(&spec["args"])));
-        let mut guard = pod
-            .node
-            .app(&pod.ns, &line.iter().map(String::as_str).collect::<Vec<_>>());
-        guard.wait_stderr("guard: watching meshwrap's run");
-        guard
+        pod.node
+            .app(&pod.ns, &line.iter().map(String::as_str).collect::<Vec<_>>())
     }
 
     /// The wrapped container: its meshwrap prefix, then `command` in place
@@ -818,4 +830,114 @@ fn pod_23_restart_rules_keep_the_sidecar_for_the_restarted_command_then_quit_onc
     assert_eq!(pod::phase_with(0, &mut [&mut sidecar, &mut guard]), Phase::Succeeded);
     let sidecar = sidecar.finish();
     assert_eq!(sidecar.stdout.matches("quit received").count(), 1, "{}", sidecar.stdout);
+}
+
+impl Wrapped {
+    /// The Cloud SQL proxy container `name`, run as its spec says: its args
+    /// and its variables, read by `fakemesh cloudsql` as the proxy reads them.
+    fn cloudsql_proxy(&self, pod: &MeshedPod, name: &str, delay: Duration) -> Running {
+        let spec = self.container("containers", name);
+        let mut line = vec!["env".to_string()];
+        for var in spec["env"].as_sequence().into_iter().flatten() {
+            line.push(format!(
+                "{}={}",
+                var["name"].as_str().unwrap(),
+                var["value"].as_str().unwrap()
+            ));
+        }
+        line.extend([pod.fakemesh.clone(), "cloudsql".into(), delay.as_millis().to_string()]);
+        line.extend(strings(&spec["args"]));
+        let mut proxy = pod
+            .node
+            .exec(&pod.ns, &line.iter().map(String::as_str).collect::<Vec<_>>());
+        proxy.wait_stdout("cloudsql: container started, not listening yet");
+        proxy
+    }
+}
+
+/// #28 H3: a Cloud SQL proxy moved off 9090/9091, by its flags and by its
+/// CSQL_PROXY_* variables, as inject wrote the pod: meshwrap waits for its
+/// moved /startup, the command runs, and one quit reaches its moved admin port.
+#[test]
+fn pod_24_a_cloudsql_proxy_on_moved_ports_is_waited_for_and_quit_once_on_its_admin_port() {
+    if pod::skip("pod_24") {
+        return;
+    }
+    for (job_name, proxy_name, admin) in [("by-flags", "cloud-sql-proxy", 9192), ("by-variables", "sql", 9392)] {
+        let pod = meshed_pod();
+        let file = "kubectl-meshwrap/tests/golden/cloudsql-ports.out.yaml";
+        let job = Wrapped::load(&pod, file, Some(job_name), &[]);
+        job.install();
+        let mut proxy = job.cloudsql_proxy(&pod, proxy_name, PROXY_DELAY);
+        let mut guard = job.guard(&pod);
+        let app = job
+            .app(&pod, "report", &["sh", "-c", "echo app: report written"])
+            .finish();
+        app.assert_code(0).assert_stderr_has("sidecar quit");
+        assert!(app.stdout.contains("app: report written"), "{job_name}: {}", app.stdout);
+        assert_eq!(
+            pod::phase_with(0, &mut [&mut proxy, &mut guard]),
+            Phase::Succeeded,
+            "{job_name}"
+        );
+        let proxy = proxy.finish();
+        assert_eq!(proxy.stdout.matches("quit received").count(), 1, "{}", proxy.stdout);
+        assert!(
+            proxy.stdout.contains(&format!("quit received on :{admin}")),
+            "{}",
+            proxy.stdout
+        );
+    }
+}
+
+/// #28 M2: a pod that asked for Dapr, whose daprd was never injected (the
+/// injector's failurePolicy is Ignore): its labels are mounted and carry no
+/// dapr.io/sidecar-injected, so the command runs at once and nothing is
+/// waited for or quit.
+#[test]
+fn pod_25_a_dapr_pod_whose_daprd_was_never_injected_runs_its_command_at_once() {
+    if pod::skip("pod_25") {
+        return;
+    }
+    let pod = meshed_pod();
+    let file = "kubectl-meshwrap/tests/golden/dapr-opt-in.out.yaml";
+    let job = Wrapped::load(&pod, file, Some("dapr-true-not-injected"), &[]);
+    assert!(
+        job.annotations.with_file_name("labels").exists(),
+        "inject mounts the labels"
+    );
+    job.install();
+    // The guard reads the same files: nothing to guard, so it exits at once.
+    job.guard_started(&pod)
+        .finish()
+        .assert_code(0)
+        .assert_stderr_has("no sidecar for meshwrap to quit in this pod; nothing to guard");
+    let app = job.app(&pod, "main", &["sh", "-c", "echo app: ran"]).finish();
+    app.assert_code(0)
+        .assert_stderr_has("no ready URL to wait for; starting the command")
+        .assert_stderr_has("no quit URL; no sidecar to quit");
+    assert!(app.stdout.contains("app: ran"), "{}", app.stdout);
+}
+
+/// #28 H2: a Linkerd pod whose stable native key is "false" while the
+/// 2.15-era alpha key (copied from its namespace) says "true": Linkerd runs
+/// a regular proxy, and meshwrap quits it once.
+#[test]
+fn pod_26_linkerd_stable_false_over_alpha_true_is_quit_once() {
+    if pod::skip("pod_26") {
+        return;
+    }
+    let pod = meshed_pod();
+    let file = "kubectl-meshwrap/tests/golden/linkerd-native-precedence.out.yaml";
+    let job = Wrapped::load(&pod, file, Some("stable-false-alpha-true"), &[LINKERD_MARK]);
+    job.install();
+    let mut proxy = pod.proxy("linkerd", PROXY_DELAY, &job.annotations);
+    let mut guard = job.guard(&pod);
+    let app = job.app(&pod, "train", &linkerd_app_line(&pod)).finish();
+    app.assert_code(0)
+        .assert_stderr_has("found the linkerd sidecar")
+        .assert_stderr_has("sidecar quit");
+    assert_eq!(pod::phase_with(0, &mut [&mut proxy, &mut guard]), Phase::Succeeded);
+    let proxy = proxy.finish();
+    assert_eq!(proxy.stdout.matches("quit received").count(), 1, "{}", proxy.stdout);
 }

@@ -494,42 +494,65 @@ fn everything_inject_writes_validates_strictly_against_the_upstream_schemas() {
 
 // ---- the webhook ----------------------------------------------------------
 
-/// What `kubectl-meshwrap manifests` prints (its goldens, which
-/// kubectl-meshwrap's tests compare with the binary's output) against the
-/// Kubernetes OpenAPI. cert-manager's Issuer and Certificate are the only
-/// kinds left unchecked: no cert-manager schema is vendored here.
-#[test]
-fn everything_manifests_prints_validates_against_the_upstream_schema() {
-    let dir = root().join("kubectl-meshwrap/tests/manifests");
+/// The checks for an object of the webhook's install (what `manifests`
+/// prints and what the chart renders): Kubernetes' own kinds against the
+/// OpenAPI, cert-manager's and the Prometheus Operator's against their CRDs.
+fn install_checks(doc: &Value) -> Result<Vec<Check>, String> {
+    let kind = doc["kind"].as_str().unwrap_or("").to_string();
+    Ok(match (doc["apiVersion"].as_str().unwrap_or(""), kind.as_str()) {
+        ("v1", k @ ("Namespace" | "ServiceAccount" | "Secret" | "Service" | "ConfigMap")) => {
+            swagger_checks(k, &format!("io.k8s.api.core.v1.{k}"))
+        }
+        ("apps/v1", "Deployment") => checks_for(doc),
+        ("policy/v1", "PodDisruptionBudget") => swagger_checks(&kind, "io.k8s.api.policy.v1.PodDisruptionBudget"),
+        ("networking.k8s.io/v1", "NetworkPolicy") => swagger_checks(&kind, "io.k8s.api.networking.v1.NetworkPolicy"),
+        ("rbac.authorization.k8s.io/v1", k @ ("ClusterRole" | "ClusterRoleBinding")) => {
+            swagger_checks(k, &format!("io.k8s.api.rbac.v1.{k}"))
+        }
+        ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => swagger_checks(
+            &kind,
+            "io.k8s.api.admissionregistration.v1.MutatingWebhookConfiguration",
+        ),
+        ("cert-manager.io/v1", "Issuer") => crd_checks(
+            "cert-manager Issuer CRD",
+            "schemas/cert-manager/cert-manager.io_issuers.yaml",
+            "Issuer",
+        ),
+        ("cert-manager.io/v1", "Certificate") => crd_checks(
+            "cert-manager Certificate CRD",
+            "schemas/cert-manager/cert-manager.io_certificates.yaml",
+            "Certificate",
+        ),
+        ("monitoring.coreos.com/v1", "PodMonitor") => crd_checks(
+            "Prometheus Operator PodMonitor CRD",
+            "schemas/prometheus-operator/monitoring.coreos.com_podmonitors.yaml",
+            "PodMonitor",
+        ),
+        ("monitoring.coreos.com/v1", "ServiceMonitor") => crd_checks(
+            "Prometheus Operator ServiceMonitor CRD",
+            "schemas/prometheus-operator/monitoring.coreos.com_servicemonitors.yaml",
+            "ServiceMonitor",
+        ),
+        (api, k) => return Err(format!("{api} {k}: no schema chosen for it")),
+    })
+}
+
+/// Every document of the YAML files in `dir` against [`install_checks`]:
+/// (checks run, kinds seen).
+fn check_install_files(dir: &Path) -> (usize, std::collections::BTreeSet<String>) {
     let mut failures = Vec::new();
-    let (mut checked, mut unchecked) = (0, std::collections::BTreeSet::new());
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let (mut checked, mut kinds) = (0, std::collections::BTreeSet::new());
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
     files.sort();
     assert!(files.len() >= 2, "{files:?}");
     for file in files {
         for doc in load_yaml_docs(&file) {
-            let kind = doc["kind"].as_str().unwrap_or("").to_string();
-            let checks = match (doc["apiVersion"].as_str().unwrap_or(""), kind.as_str()) {
-                ("v1", k @ ("Namespace" | "ServiceAccount" | "Secret" | "Service")) => {
-                    swagger_checks(k, &format!("io.k8s.api.core.v1.{k}"))
-                }
-                ("apps/v1", "Deployment") => checks_for(&doc),
-                ("policy/v1", "PodDisruptionBudget") => {
-                    swagger_checks(&kind, "io.k8s.api.policy.v1.PodDisruptionBudget")
-                }
-                ("networking.k8s.io/v1", "NetworkPolicy") => {
-                    swagger_checks(&kind, "io.k8s.api.networking.v1.NetworkPolicy")
-                }
-                ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => swagger_checks(
-                    &kind,
-                    "io.k8s.api.admissionregistration.v1.MutatingWebhookConfiguration",
-                ),
-                ("cert-manager.io/v1", "Issuer" | "Certificate") => {
-                    unchecked.insert(kind.clone());
-                    Vec::new()
-                }
-                (api, k) => panic!("{}: {api} {k}: no schema chosen for it", file.display()),
-            };
+            kinds.insert(doc["kind"].as_str().unwrap_or("").to_string());
+            let checks = install_checks(&doc).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
             for check in checks {
                 checked += 1;
                 failures.extend(
@@ -542,8 +565,81 @@ fn everything_manifests_prints_validates_against_the_upstream_schema() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert!(checked >= 14, "{checked} checks");
-    assert_eq!(unchecked.into_iter().collect::<Vec<_>>(), ["Certificate", "Issuer"]);
+    (checked, kinds)
+}
+
+/// What `kubectl-meshwrap manifests` prints (its goldens, which
+/// kubectl-meshwrap's tests compare with the binary's output), every kind
+/// included, strictly and as published.
+#[test]
+fn everything_manifests_prints_validates_against_the_upstream_schema() {
+    let (checked, kinds) = check_install_files(&root().join("kubectl-meshwrap/tests/manifests"));
+    assert!(checked >= 30, "{checked} checks");
+    for kind in ["Issuer", "Certificate", "ClusterRole", "NetworkPolicy", "Secret"] {
+        assert!(kinds.contains(kind), "no {kind} among {kinds:?}");
+    }
+}
+
+/// What the Helm chart renders with each documented set of values (the
+/// goldens kubectl-meshwrap/tests/chart.rs compares with real Helm's
+/// render), strictly and as published: cert-manager's and the Prometheus
+/// Operator's kinds against their CRDs.
+#[test]
+fn everything_the_chart_renders_validates_against_the_upstream_schemas() {
+    let (checked, kinds) = check_install_files(&root().join("kubectl-meshwrap/tests/chart"));
+    assert!(checked >= 40, "{checked} checks");
+    for kind in [
+        "Issuer",
+        "Certificate",
+        "Secret",
+        "PodMonitor",
+        "ServiceMonitor",
+        "NetworkPolicy",
+        "ClusterRole",
+        "ConfigMap",
+    ] {
+        assert!(kinds.contains(kind), "no {kind} among {kinds:?}");
+    }
+}
+
+#[test]
+fn a_misspelled_field_fails_the_strict_crd_checks_of_the_install() {
+    for (doc, field) in [
+        (
+            json!({"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": {"name": "x"},
+                "spec": {"selfSigned": {}, "selfSignd": {}}}),
+            "selfSignd",
+        ),
+        (
+            json!({"apiVersion": "cert-manager.io/v1", "kind": "Certificate", "metadata": {"name": "x"},
+                "spec": {"secretName": "s", "issuerRef": {"name": "i"}, "dnsName": ["a"]}}),
+            "dnsName",
+        ),
+        (
+            json!({"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": {"name": "x"},
+                "spec": {"selector": {}, "podMetricsEndpoints": [{"port": "https", "schem": "https"}]}}),
+            "schem",
+        ),
+        (
+            json!({"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": {"name": "x"},
+                "spec": {"selector": {}, "endpoints": [{"port": "https", "tlsConfg": {}}]}}),
+            "tlsConfg",
+        ),
+    ] {
+        let checks = install_checks(&doc).unwrap();
+        for check in &checks {
+            let errors = check.errors(&doc);
+            if check.name.contains("strict") {
+                assert!(
+                    errors.iter().any(|e| e.contains(field)),
+                    "[{}] accepts {field}: {errors:?}",
+                    check.name
+                );
+            } else {
+                assert!(errors.is_empty(), "[{}]: {errors:?}", check.name);
+            }
+        }
+    }
 }
 
 /// Every pod the webhook's patch made in its fixtures is a valid Pod, once

@@ -45,15 +45,17 @@ fn inside_a_pod_the_progress_line_has_no_hint() {
 
 #[test]
 fn a_sidecar_that_never_answered_gets_one_quit_attempt_not_retries() {
+    // The quit port refuses too: a quit that never went out, which would
+    // otherwise be retried for the whole --quit-timeout.
     let never = FakeSidecar::refusing();
-    let quit = FakeSidecar::ready();
-    quit.set_quit(&[Reply::Status(503)]);
     let mut mw = Meshwrap::new()
         .args([
             "--ready-url",
             &never.ready_url(),
             "--quit-url",
-            &quit.quit_url(),
+            &never.quit_url(),
+            "--quit-timeout",
+            "60s",
             "-v",
             "--",
             "true",
@@ -61,10 +63,13 @@ fn a_sidecar_that_never_answered_gets_one_quit_attempt_not_retries() {
         .spawn();
     mw.wait_stderr("saw=\"connection refused\"");
     mw.signal(libc::SIGTERM);
-    mw.finish()
-        .assert_code(143)
+    let run = mw.finish();
+    run.assert_code(143)
         .assert_stderr_has("not retrying: it answered nothing while meshwrap waited for it");
-    assert_eq!(quit.quits(), 1, "one attempt, not --quit-timeout's retries");
+    run.check(
+        !run.stderr.contains("quit not sent, retrying"),
+        "one attempt, not --quit-timeout's retries",
+    );
 }
 
 #[test]
@@ -99,6 +104,44 @@ fn meshwraps_own_failure_is_the_termination_message() {
         message,
         "meshwrap: SIGTERM arrived while waiting for the sidecar; the command never ran\n"
     );
+}
+
+#[test]
+fn meshwraps_refusals_before_the_wait_are_the_termination_message_and_quit_the_sidecar() {
+    let dir = tempdir();
+    let log = dir.join("termination-log");
+    let not_a_dir = dir.join("a-file");
+    std::fs::write(&not_a_dir, "").unwrap();
+    let guard_dir = not_a_dir.join("guard");
+    let guard_dir = guard_dir.to_str().unwrap();
+    for (flags, said) in [
+        (vec!["--exec"], "meshwrap: --exec: meshwrap would have to stay to quit"),
+        (vec!["--guard-dir", guard_dir], "meshwrap: --guard-dir"),
+    ] {
+        std::fs::write(&log, "").unwrap();
+        let sidecar = FakeSidecar::ready();
+        let run = wrapped(&sidecar)
+            .arg("--termination-log")
+            .arg(&log)
+            .args(&flags)
+            .args(["sh", "-c", "echo ran"])
+            .run();
+        run.assert_code(125).assert_stdout("").assert_stderr_has(said);
+        let message = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            message.starts_with(said) && message.ends_with('\n') && message.lines().count() == 1,
+            "{flags:?}: {message:?}"
+        );
+        assert_eq!(sidecar.quits(), 1, "{flags:?}: the sidecar is quit");
+        assert_eq!(sidecar.polls(), 0, "{flags:?}: nothing waited for");
+    }
+    // --quit-policy on-success: exit 125 is no success, so no quit.
+    let sidecar = FakeSidecar::ready();
+    wrapped(&sidecar)
+        .args(["--quit-policy", "on-success", "--guard-dir", guard_dir, "true"])
+        .run()
+        .assert_code(125);
+    assert_eq!(sidecar.quits(), 0);
 }
 
 #[test]

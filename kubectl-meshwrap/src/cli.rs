@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::transform::{Delivery, Options};
+use crate::webhook::apiserver::Endpoint;
 use crate::workloads::TemplatePath;
 
 #[derive(Parser, Debug)]
@@ -32,7 +33,7 @@ pub enum Command {
     /// Run as a KRM function: a ResourceList on stdin, the result on stdout
     Fn(Shared),
     /// Serve the mutating admission webhook that wraps labelled pods (HTTPS)
-    Webhook(Webhook),
+    Webhook(Box<Webhook>),
     /// Print the manifests that install the webhook (kubectl apply -f -)
     Manifests(Manifests),
 }
@@ -82,9 +83,11 @@ pub struct PodOptions {
     /// The meshwrap image (required by inject; the meshwrap.io/image annotation overrides it per pod)
     #[arg(long, value_name = "IMAGE", env = "MESHWRAP_IMAGE")]
     pub image: Option<String>,
-    /// As meshwrap's --sidecar: a preset (istio, linkerd, ...), none, or NAME=HOST:PORT
-    #[arg(long, value_name = "NAME[=HOST[:PORT]]", env = "MESHWRAP_SIDECAR", value_parser = sidecar)]
-    pub sidecar: Option<String>,
+    /// As meshwrap's --sidecar: auto, a preset (istio, linkerd, ...), none, NAME=HOST:PORT or
+    /// NAME=HOST:PORT/HOST:PORT; repeatable, and the variable takes a comma-separated list
+    #[arg(long, value_name = "NAME[=HOST[:PORT]]", env = "MESHWRAP_SIDECAR", value_parser = sidecar,
+          value_delimiter = ',', action = clap::ArgAction::Append)]
+    pub sidecar: Vec<String>,
     /// As meshwrap's --timeout: how long to wait for the sidecar (default: meshwrap's, 10m)
     #[arg(long, value_name = "DURATION", env = "MESHWRAP_TIMEOUT", value_parser = duration)]
     pub timeout: Option<String>,
@@ -174,7 +177,68 @@ pub struct Webhook {
           default_value = "20s", value_parser = any_duration)]
     pub drain_timeout: Duration,
     #[command(flatten)]
+    pub events: EventOptions,
+    #[command(flatten)]
     pub pod: PodOptions,
+}
+
+/// The webhook's Kubernetes Events (see `webhook::events`).
+#[derive(Args, Debug)]
+pub struct EventOptions {
+    /// Post a Kubernetes Event on each wrapped or skipped pod's owner (or its namespace); off outside a cluster
+    #[arg(long, value_name = "on|off", env = "MESHWRAP_EVENTS", default_value = "on",
+          value_parser = ["on", "off"])]
+    pub events: String,
+    /// The API server for events (default: in a pod, https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)
+    #[arg(long = "api-server", value_name = "URL", env = "MESHWRAP_API_SERVER", value_parser = api_server)]
+    pub api_server: Option<Endpoint>,
+    /// The bearer token, read again for every request (projected tokens rotate)
+    #[arg(
+        long = "api-token",
+        value_name = "FILE",
+        env = "MESHWRAP_API_TOKEN",
+        default_value = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    )]
+    pub api_token: PathBuf,
+    /// The CA bundle that signs the API server's certificate
+    #[arg(
+        long = "api-ca",
+        value_name = "FILE",
+        env = "MESHWRAP_API_CA",
+        default_value = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+    )]
+    pub api_ca: PathBuf,
+    /// Events waiting for the API server; above it one is dropped and counted
+    #[arg(long = "events-queue", value_name = "N", env = "MESHWRAP_EVENTS_QUEUE",
+          default_value = "1000", value_parser = at_least_one)]
+    pub events_queue: usize,
+    /// Event series remembered (per owner and reason); above it the least recently seen is forgotten
+    #[arg(long = "events-cache", value_name = "N", env = "MESHWRAP_EVENTS_CACHE",
+          default_value = "4096", value_parser = at_least_one)]
+    pub events_cache: usize,
+    /// The least time between two writes of one series' count
+    #[arg(long = "events-interval", value_name = "DURATION", env = "MESHWRAP_EVENTS_INTERVAL",
+          default_value = "30s", value_parser = any_duration)]
+    pub events_interval: Duration,
+    /// How long one request to the API server may take (and the last writes when the webhook stops, 3s at most)
+    #[arg(long = "events-timeout", value_name = "DURATION", env = "MESHWRAP_EVENTS_TIMEOUT",
+          default_value = "5s", value_parser = positive_duration)]
+    pub events_timeout: Duration,
+}
+
+impl EventOptions {
+    pub fn config(&self) -> crate::webhook::events::Config {
+        crate::webhook::events::Config {
+            enabled: self.events == "on",
+            api_server: self.api_server.clone(),
+            token: self.api_token.clone(),
+            ca: self.api_ca.clone(),
+            queue: self.events_queue,
+            cache: self.events_cache,
+            interval: self.events_interval,
+            timeout: self.events_timeout,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -189,6 +253,12 @@ pub struct Manifests {
     /// With --self-signed: the CA the webhook serves with now (PEM, its Secret's ca.crt), trusted beside the new one
     #[arg(long = "previous-ca", value_name = "FILE", env = "MESHWRAP_PREVIOUS_CA")]
     pub previous_ca: Option<PathBuf>,
+    /// A Secret you manage (type kubernetes.io/tls: tls.crt, tls.key) for the webhook to serve with, instead of cert-manager; with --ca-bundle
+    #[arg(long = "tls-secret", value_name = "NAME", env = "MESHWRAP_TLS_SECRET", value_parser = secret_name)]
+    pub tls_secret: Option<String>,
+    /// With --tls-secret: the CA (PEM) that signed its certificate, for the API server to trust
+    #[arg(long = "ca-bundle", value_name = "FILE", env = "MESHWRAP_CA_BUNDLE")]
+    pub ca_bundle: Option<PathBuf>,
     /// The cluster's pod network (repeatable): print a NetworkPolicy that admits the webhook's port only from outside it
     #[arg(long = "pod-cidr", value_name = "CIDR", env = "MESHWRAP_POD_CIDR", value_delimiter = ',',
           value_parser = pod_cidr)]
@@ -199,8 +269,20 @@ pub struct Manifests {
     /// Generate a CA and a serving certificate and embed the CA bundle, instead of using cert-manager
     #[arg(long = "self-signed", env = "MESHWRAP_SELF_SIGNED")]
     pub self_signed: bool,
+    /// The cluster's Kubernetes version: matchConditions are printed for 1.30 and newer (default: printed)
+    #[arg(long = "kube-version", value_name = "VERSION", env = "MESHWRAP_KUBE_VERSION",
+          value_parser = kube_version)]
+    pub kube_version: Option<(u32, u32)>,
+    /// Whether the webhook posts Events on the owners of the pods it wraps or skips (off: no RBAC, no token)
+    #[arg(long, value_name = "on|off", env = "MESHWRAP_EVENTS", default_value = "on",
+          value_parser = ["on", "off"])]
+    pub events: String,
     #[command(flatten)]
     pub pod: PodOptions,
+}
+
+fn kube_version(s: &str) -> Result<(u32, u32), String> {
+    crate::manifests::parse_kube_version(s)
 }
 
 /// Where `manifests` installs the webhook unless told otherwise.
@@ -226,6 +308,10 @@ fn positive_duration(s: &str) -> Result<Duration, String> {
     })
 }
 
+fn api_server(s: &str) -> Result<Endpoint, String> {
+    Endpoint::parse(s)
+}
+
 fn mesh(s: &str) -> Result<String, String> {
     if s == "auto" || crate::mesh::Kind::parse(s).is_some() {
         Ok(s.to_string())
@@ -236,6 +322,10 @@ fn mesh(s: &str) -> Result<String, String> {
 
 fn namespace_name(s: &str) -> Result<String, String> {
     crate::manifests::check_namespace(s).map(|()| s.to_string())
+}
+
+fn secret_name(s: &str) -> Result<String, String> {
+    crate::manifests::check_secret_name(s).map(|()| s.to_string())
 }
 
 fn pod_cidr(s: &str) -> Result<String, String> {
@@ -257,14 +347,20 @@ fn percent(s: &str) -> Result<u8, String> {
 }
 
 fn sidecar(s: &str) -> Result<String, String> {
-    meshwrap::sidecar::preset::parse(s).map(|_| s.to_string())
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(s.to_string());
+    }
+    meshwrap::sidecar::preset::parse(s)
+        .map(|_| s.to_string())
+        .map_err(|why| format!("{why}; expected {}", meshwrap::sidecar::preset::accepts()))
 }
 
 impl PodOptions {
     pub fn options(&self) -> Options {
         Options {
             image: self.image.clone().unwrap_or_default(),
-            sidecar: self.sidecar.clone(),
+            sidecar: (!self.sidecar.is_empty()).then(|| self.sidecar.join(",")),
             timeout: self.timeout.clone(),
             quit_policy: self.quit_policy.clone(),
             delivery: if self.delivery == "image-volume" {

@@ -14,6 +14,7 @@ pub mod inject;
 pub mod krm;
 pub mod manifests;
 pub mod mesh;
+pub mod operators;
 pub mod patch;
 pub mod restart;
 pub mod stream;

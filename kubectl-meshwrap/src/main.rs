@@ -24,7 +24,7 @@ fn main() {
                 taught: args.shared.template_paths,
             })
         }
-        Some(Command::Webhook(args)) => webhook(args),
+        Some(Command::Webhook(args)) => webhook(*args),
         Some(Command::Manifests(args)) => manifests(args),
         Some(Command::Fn(shared)) => krm::run(&shared.pod.options(), &shared.template_paths, shared.strict),
         None => {
@@ -88,6 +88,7 @@ fn webhook(args: kubectl_meshwrap::cli::Webhook) -> i32 {
             options: args.pod.options(),
             namespace: args.namespace,
         },
+        events: args.events.config(),
     })
 }
 
@@ -107,13 +108,25 @@ fn manifests(args: kubectl_meshwrap::cli::Manifests) -> i32 {
             std::process::exit(2);
         }
     };
+    let ca_bundle = match args.ca_bundle.as_deref().map(manifests::read_ca_bundle) {
+        None => None,
+        Some(Ok(text)) => Some(text),
+        Some(Err(e)) => {
+            say(&e);
+            std::process::exit(2);
+        }
+    };
     let request = manifests::Request {
         namespace: args.namespace,
         create_namespace: args.create_namespace,
         webhook_image,
         self_signed: args.self_signed,
         previous_ca,
+        tls_secret: args.tls_secret,
+        ca_bundle,
         pod_cidrs: args.pod_cidrs,
+        kube_version: args.kube_version,
+        events: args.events == "on",
         options: args.pod.options(),
     };
     let text = match manifests::render(&request) {

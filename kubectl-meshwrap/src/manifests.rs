@@ -9,8 +9,27 @@
 //!   can always be repaired;
 //! - two replicas on different nodes, a PodDisruptionBudget and readiness
 //!   on `/readyz`, so a drain or a rollout never leaves no webhook;
-//! - no RBAC at all and no service account token: the webhook reads nothing
-//!   from the API server;
+//! - the webhook reads nothing from the API server; it only writes Events
+//!   (why a pod was wrapped or skipped, on its owner). With events on (the
+//!   default) its ServiceAccount may `create` and `patch` events and
+//!   nothing else, and only the webhook's pod gets a token: the
+//!   ServiceAccount keeps `automountServiceAccountToken: false` and the pod
+//!   sets it to true, so the token is at the path every in-cluster client
+//!   reads (`/var/run/secrets/kubernetes.io/serviceaccount`), rotated by the
+//!   kubelet, and no other pod naming the account gets one. With events off
+//!   there is no RBAC and no token, as before events existed;
+//! - `matchConditions` (GA in Kubernetes 1.30, beta and on by default in
+//!   1.28 and 1.29) let the API server itself leave alone the pods that
+//!   opted out by annotation, which no selector can see, and the webhook's
+//!   own namespace and kube-system, without calling the webhook: less load,
+//!   and fewer pods blocked while it is down. They are printed unless
+//!   `--kube-version` names a cluster older than 1.30, the same rule as the
+//!   chart's (`.Capabilities.KubeVersion`): on a 1.28 or 1.29 cluster whose
+//!   feature gate is off the API server drops the field, and the webhook
+//!   leaves those pods alone itself, as it always did. Each expression
+//!   guards every map it reads with `has()`, so none can fail to evaluate
+//!   (an evaluation error would count as the webhook failing, and
+//!   `failurePolicy: Fail` would refuse the pod);
 //! - the serving certificate comes from a CA (cert-manager's, or one made
 //!   here with `--self-signed`), so renewing the serving certificate never
 //!   changes the caBundle the API server trusts, and no request fails while
@@ -26,6 +45,13 @@
 //!   (a host address on kubeadm, a konnectivity agent's pod on some managed
 //!   clusters, a VPC address that shares the pods' range on EKS), and a
 //!   policy that guessed wrong would block every wrapped pod's creation;
+//! - with `--tls-secret NAME --ca-bundle FILE` (the chart's
+//!   `certificates.mode=existing`) the webhook serves with a Secret the
+//!   user manages (sealed-secrets, external-secrets, Vault) and the API
+//!   server trusts the CA given: nothing secret or random is printed, so the
+//!   output can be committed and every run is the same. The bundle must be
+//!   PEM certificates and nothing else (the webhook configuration is
+//!   readable cluster-wide, so a private key there would leak);
 //! - rotation never leaves the API server without trust. A second
 //!   `--self-signed` run makes a new CA; `--previous-ca` puts the CA the
 //!   pods serve with now into the caBundle beside the new one, so both the
@@ -41,6 +67,8 @@ use serde_json::{Value, json};
 use crate::transform::{CONTAINER, IMAGE, INJECT, Options, QUIT_POLICY, SIDECAR, TIMEOUT};
 
 pub const NAME: &str = "meshwrap-webhook";
+/// The ClusterRole and ClusterRoleBinding that let the webhook post Events.
+pub const EVENTS_ROLE: &str = "meshwrap-webhook-events";
 /// The MutatingWebhookConfiguration's name, which sorts before the injectors'.
 pub const WEBHOOK_CONFIGURATION: &str = "0-meshwrap";
 const TLS_SECRET: &str = "meshwrap-webhook-tls";
@@ -58,9 +86,47 @@ pub struct Request {
     pub self_signed: bool,
     /// PEM CAs to keep trusting beside a new `--self-signed` CA.
     pub previous_ca: Option<String>,
+    /// A Secret the user manages, for the webhook to serve with
+    /// (`--tls-secret`), and the PEM CA bundle that trusts it (`--ca-bundle`).
+    pub tls_secret: Option<String>,
+    pub ca_bundle: Option<String>,
     /// The cluster's pod network(s), for the NetworkPolicy.
     pub pod_cidrs: Vec<String>,
+    /// The cluster's version (major, minor), when given: `matchConditions`
+    /// only from 1.30.
+    pub kube_version: Option<(u32, u32)>,
+    /// The webhook posts Events (its RBAC and token go with it).
+    pub events: bool,
     pub options: Options,
+}
+
+/// The first Kubernetes version whose API has `matchConditions` GA.
+pub const MATCH_CONDITIONS_SINCE: (u32, u32) = (1, 30);
+
+/// A Kubernetes version as `kubectl version` or a provider prints it
+/// (`1.30`, `v1.30.2`, `1.29.8-eks-a737599`, `v1.31.1+k3s1`): (major, minor).
+pub fn parse_kube_version(text: &str) -> Result<(u32, u32), String> {
+    let bad = || "a Kubernetes version such as 1.30 or v1.29.8".to_string();
+    let text = text.strip_prefix('v').unwrap_or(text);
+    let mut parts = text.splitn(3, '.');
+    let major = parts.next().and_then(|m| m.parse().ok()).ok_or_else(bad)?;
+    let minor_text = parts.next().ok_or_else(bad)?;
+    let digits = minor_text.bytes().take_while(u8::is_ascii_digit).count();
+    let rest = &minor_text[digits..];
+    if !(rest.is_empty() || rest.starts_with(['-', '+'])) {
+        return Err(bad());
+    }
+    let minor = minor_text[..digits].parse().map_err(|_| bad())?;
+    if major != 1 {
+        return Err(bad());
+    }
+    Ok((major, minor))
+}
+
+/// `matchConditions` go into the configuration: unless the cluster is
+/// older than 1.30 (unknown: yes, see the module's notes).
+pub fn match_conditions(kube_version: Option<(u32, u32)>) -> bool {
+    kube_version.is_none_or(|v| v >= MATCH_CONDITIONS_SINCE)
 }
 
 /// The namespace's name, checked: a DNS label (what Kubernetes accepts)
@@ -85,6 +151,23 @@ pub fn check_namespace(name: &str) -> Result<(), String> {
             "a namespace name: 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
                 .into(),
         )
+    }
+}
+
+/// A Secret's name: a DNS subdomain (what Kubernetes accepts).
+pub fn check_secret_name(name: &str) -> Result<(), String> {
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if name.len() <= 253 && name.split('.').all(label) {
+        Ok(())
+    } else {
+        Err("a Secret's name: lowercase letters, digits, '-' and '.', as meshwrap-serving-tls".into())
     }
 }
 
@@ -189,6 +272,40 @@ pub fn read_previous_ca(path: &std::path::Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("--previous-ca {}: {e}", path.display()))
 }
 
+/// Reads `--ca-bundle`.
+pub fn read_ca_bundle(path: &std::path::Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("--ca-bundle {}: {e}", path.display()))
+}
+
+/// `--tls-secret` and `--ca-bundle`, checked together: the caBundle
+/// (base64 of the file as given), or None without them.
+fn existing_bundle(req: &Request) -> Result<Option<String>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let hint = "the CA (PEM) that signed the certificate in the Secret, which the API server must trust";
+    let (secret, pem) = match (&req.tls_secret, &req.ca_bundle) {
+        (None, None) => return Ok(None),
+        (Some(_), None) => return Err(format!("--tls-secret needs --ca-bundle FILE: {hint}")),
+        (None, Some(_)) => return Err("--ca-bundle goes with --tls-secret NAME, the Secret it trusts".into()),
+        (Some(secret), Some(pem)) => (secret, pem),
+    };
+    if req.self_signed {
+        return Err(format!(
+            "--tls-secret {secret} and --self-signed: choose one (your Secret, or one made here)"
+        ));
+    }
+    if pem.contains("PRIVATE KEY") {
+        return Err("--ca-bundle holds a private key: give only the CA certificate(s); the webhook configuration is readable cluster-wide".into());
+    }
+    let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("--ca-bundle: {e}"))?;
+    if certs.is_empty() {
+        return Err(format!("--ca-bundle: no PEM certificate in it; give {hint}"));
+    }
+    Ok(Some(base64(pem.as_bytes())))
+}
+
 fn pem_of(der: &[u8]) -> String {
     let text = base64(der);
     let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
@@ -227,6 +344,24 @@ fn service_account(c: &Common) -> Value {
         "apiVersion": "v1", "kind": "ServiceAccount", "metadata": c.meta(NAME),
         "automountServiceAccountToken": false
     })
+}
+
+/// What posting Events needs: `create` and `patch` on events, in the core
+/// group (the API the webhook's client writes) and events.k8s.io (the same
+/// objects through the newer API), and nothing else.
+fn events_rbac(c: &Common) -> [Value; 2] {
+    let meta = json!({"name": EVENTS_ROLE, "labels": c.labels});
+    [
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta,
+            "rules": [{"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": EVENTS_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": c.ns}]
+        }),
+    ]
 }
 
 /// The Secret of `--self-signed`, and the caBundle (base64) to trust it.
@@ -269,7 +404,7 @@ fn service(c: &Common) -> Value {
 }
 
 /// The webhook container's environment: its flags, and what reaches pods.
-fn webhook_env(opts: &Options) -> Vec<Value> {
+fn webhook_env(opts: &Options, events: bool) -> Vec<Value> {
     let mut envs = vec![
         env("MESHWRAP_TLS_CERT", "/tls/tls.crt"),
         env("MESHWRAP_TLS_KEY", "/tls/tls.key"),
@@ -277,6 +412,7 @@ fn webhook_env(opts: &Options) -> Vec<Value> {
         json!({"name": "MESHWRAP_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
         env("MESHWRAP_IMAGE", &opts.image),
         env("MESHWRAP_DELIVERY", opts.delivery.name()),
+        env("MESHWRAP_EVENTS", if events { "on" } else { "off" }),
     ];
     for (name, value) in [
         ("MESHWRAP_SIDECAR", &opts.sidecar),
@@ -325,7 +461,7 @@ fn container(req: &Request) -> Value {
         "name": "webhook",
         "image": req.webhook_image,
         "args": ["webhook"],
-        "env": webhook_env(&req.options),
+        "env": webhook_env(&req.options, req.events),
         "ports": [{"name": "https", "containerPort": PORT, "protocol": "TCP"}],
         "readinessProbe": probe("/readyz"),
         "livenessProbe": probe("/healthz"),
@@ -338,6 +474,7 @@ fn container(req: &Request) -> Value {
 }
 
 fn deployment(c: &Common, req: &Request) -> Value {
+    let tls_secret = req.tls_secret.as_deref().unwrap_or(TLS_SECRET);
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": c.meta(NAME),
         "spec": {
@@ -352,7 +489,7 @@ fn deployment(c: &Common, req: &Request) -> Value {
                 },
                 "spec": {
                     "serviceAccountName": NAME,
-                    "automountServiceAccountToken": false,
+                    "automountServiceAccountToken": req.events,
                     "terminationGracePeriodSeconds": 30,
                     "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
                                         "seccompProfile": {"type": "RuntimeDefault"}},
@@ -362,7 +499,7 @@ fn deployment(c: &Common, req: &Request) -> Value {
                                             "labelSelector": {"matchLabels": {"app.kubernetes.io/name": NAME}}}
                     }]}},
                     "containers": [container(req)],
-                    "volumes": [{"name": "tls", "secret": {"secretName": TLS_SECRET}}]
+                    "volumes": [{"name": "tls", "secret": {"secretName": tls_secret}}]
                 }
             }
         }
@@ -403,6 +540,24 @@ fn network_policy(c: &Common, pod_cidrs: &[String]) -> Result<Value, String> {
     }))
 }
 
+/// What the API server decides without calling the webhook: a pod that
+/// opted out (the annotation no selector can see, and the label), and a pod
+/// in the webhook's own namespace or kube-system (the namespace selector's
+/// rule again, so it holds whatever the selector says). CEL over the
+/// AdmissionRequest; `has()` guards every map, so none can fail to evaluate.
+pub fn conditions(ns: &str) -> Value {
+    let opted_out = |field: &str| {
+        format!(
+            "!has(object.metadata.{field}) || !('{INJECT}' in object.metadata.{field}) || object.metadata.{field}['{INJECT}'] != 'false'"
+        )
+    };
+    json!([
+        {"name": "not-opted-out-by-annotation", "expression": opted_out("annotations")},
+        {"name": "not-opted-out-by-label", "expression": opted_out("labels")},
+        {"name": "not-a-never-selected-namespace", "expression": format!("!(request.namespace in ['{ns}', 'kube-system'])")},
+    ])
+}
+
 /// One of the two webhooks: which pods it sees, and how it is reached.
 fn webhook(c: &Common, name: &str, ca_bundle: Option<&str>, namespaces: Value, objects: Value) -> Value {
     let mut client = json!({"service": {"name": NAME, "namespace": c.ns, "path": "/mutate", "port": 443}});
@@ -425,7 +580,15 @@ fn webhook(c: &Common, name: &str, ca_bundle: Option<&str>, namespaces: Value, o
     })
 }
 
-fn webhook_configuration(c: &Common, ca_bundle: Option<&str>) -> Value {
+/// Both webhooks, with `matchConditions` when the cluster has them.
+fn with_conditions(mut webhook: Value, c: &Common, conditions: bool) -> Value {
+    if conditions {
+        webhook["matchConditions"] = self::conditions(c.ns);
+    }
+    webhook
+}
+
+fn webhook_configuration(c: &Common, ca_bundle: Option<&str>, conditions: bool) -> Value {
     let never = json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [c.ns, "kube-system"]});
     let mut configuration = json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
@@ -436,23 +599,23 @@ fn webhook_configuration(c: &Common, ca_bundle: Option<&str>) -> Value {
         "metadata": {"name": WEBHOOK_CONFIGURATION, "labels": c.labels},
         "webhooks": [
             // Every pod of a labelled namespace, but those that opt out.
-            webhook(
+            with_conditions(webhook(
                 c,
                 "namespace.inject.meshwrap.io",
                 ca_bundle,
                 json!({"matchExpressions": [
                     {"key": INJECT, "operator": "In", "values": ["enabled"]}, never.clone()]}),
                 json!({"matchExpressions": [{"key": INJECT, "operator": "NotIn", "values": ["false"]}]}),
-            ),
+            ), c, conditions),
             // A labelled pod in any other namespace.
-            webhook(
+            with_conditions(webhook(
                 c,
                 "pod.inject.meshwrap.io",
                 ca_bundle,
                 json!({"matchExpressions": [
                     {"key": INJECT, "operator": "NotIn", "values": ["enabled"]}, never]}),
                 json!({"matchLabels": {INJECT: "true"}}),
-            ),
+            ), c, conditions),
         ]
     });
     if ca_bundle.is_none() {
@@ -480,19 +643,27 @@ pub fn objects(req: &Request) -> Result<Vec<Value>, String> {
         out.push(namespace(c.ns));
     }
     out.push(service_account(&c));
-    let mut bundle = None;
-    if req.self_signed {
+    if req.events {
+        out.extend(events_rbac(&c));
+    }
+    // The user's Secret (nothing to make), one made here, or cert-manager's.
+    let mut bundle = existing_bundle(req)?;
+    if bundle.is_none() && req.self_signed {
         let (secret, ca) = self_signed_secret(&c, req.previous_ca.as_deref())?;
         out.push(secret);
         bundle = Some(ca);
-    } else {
+    } else if bundle.is_none() {
         out.extend(cert_manager(&c));
     }
     out.extend([service(&c), deployment(&c, req), disruption_budget(&c)]);
     if !req.pod_cidrs.is_empty() {
         out.push(network_policy(&c, &req.pod_cidrs)?);
     }
-    out.push(webhook_configuration(&c, bundle.as_deref()));
+    out.push(webhook_configuration(
+        &c,
+        bundle.as_deref(),
+        match_conditions(req.kube_version),
+    ));
     Ok(out)
 }
 
@@ -515,6 +686,11 @@ pub fn render(req: &Request) -> Result<String, String> {
         header.push_str(
             "# To rotate, run again with --previous-ca set to the Secret's ca.crt: the API server then trusts both CAs.\n",
         );
+    }
+    if let Some(secret) = &req.tls_secret {
+        header.push_str(&format!(
+            "# The webhook serves with the Secret {secret} (kubernetes.io/tls), which you manage; the caBundle is --ca-bundle's.\n"
+        ));
     }
     Ok(header + &crate::yaml::emit::documents(&objects))
 }

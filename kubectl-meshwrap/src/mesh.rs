@@ -1,18 +1,18 @@
 //! Which meshes a pod template has, whether their proxies run as native
-//! sidecars, and which switch each needs so that meshwrap can quit it.
+//! sidecars, and what a Cloud SQL Auth Proxy in the spec needs.
 //!
-//! The facts come from each injector's own source (see docs/meshes.md):
-//! what a manifest writes to ask for injection or opt out, the proxy's
-//! container name, the per-pod annotation that makes the proxy native, and
-//! the switch that turns its quit endpoint on (Linkerd's and Vault's are off
-//! by default; the Cloud SQL Auth Proxy's is a flag of its own).
-//!
-//! A mesh is found from the template alone (its opt-in, a proxy container
-//! already in the spec, an injector's mark on an already-injected pod) or
-//! from `--mesh`, which stands for what a namespace decides and a manifest
-//! cannot show; a pod that opts out of a mesh never has it. Only the mesh's
-//! own proxy decides "native": any other native sidecar (fluent-bit, say)
-//! changes nothing. Where the proxy is injected at admission, meshwrap's own
+//! The facts are meshwrap's table (`meshwrap::meshes`, cited there, one
+//! entry per injector version where versions differ); this module asks it
+//! about a pod template. A mesh is found from the template alone (an opt-in
+//! some version of its injector honours, a proxy container already in the
+//! spec, an injector's mark on an already-injected pod) or from `--mesh`,
+//! which stands for what a namespace decides and a manifest cannot show; a
+//! pod that opts out of a mesh under every version never has it. Only the
+//! mesh's own proxy decides "native", and a per-pod switch counts only where
+//! every version of the injector reads it as native: any other native
+//! sidecar (fluent-bit, say) changes nothing, and a proxy taken as regular
+//! is still quit safely (the kubelet restarts a native one of a pod that is
+//! ending). Where the proxy is injected at admission, meshwrap's own
 //! `--sidecar auto` reads the injector's mark at run time, so the only
 //! sidecar written on the command line is one no annotation reveals (Cloud
 //! SQL's).
@@ -20,6 +20,7 @@
 //! Nothing here changes a value the user set: a switch set to something
 //! else is reported, never overwritten.
 
+use meshwrap::meshes::{self, Key, Mesh, Place, ProxySetting};
 use serde_json::Value;
 
 /// A mesh (or standalone proxy) meshwrap knows.
@@ -32,78 +33,21 @@ pub enum Kind {
     CloudSql,
 }
 
-/// What meshwrap knows of each mesh: a data table.
-pub struct Facts {
-    pub kind: Kind,
-    /// The name `--mesh` and meshwrap's `--sidecar` use.
-    pub name: &'static str,
-    /// The proxy's container name as injected.
-    pub proxy: &'static str,
-    /// The per-pod annotations that make the proxy a native sidecar, and
-    /// the minimum mesh version for the first one (for reports and docs).
-    pub native_keys: &'static [&'static str],
-    /// The annotation that enables the quit endpoint, and its value.
-    pub quit_switch: Option<(&'static str, &'static str)>,
-    /// What Argo should run to stop the proxy, where its default (`kill`
-    /// through `/bin/sh`) cannot: from Argo's sidecar-injection docs.
-    pub argo_kill: Option<&'static str>,
-}
-
-pub const MESHES: [Facts; 5] = [
-    Facts {
-        kind: Kind::Istio,
-        name: "istio",
-        proxy: "istio-proxy",
-        native_keys: &["sidecar.istio.io/nativeSidecar"],
-        quit_switch: None,
-        argo_kill: Some(r#"["pilot-agent","request","POST","quitquitquit"]"#),
-    },
-    Facts {
-        kind: Kind::Linkerd,
-        name: "linkerd",
-        proxy: "linkerd-proxy",
-        native_keys: &[
-            "config.linkerd.io/proxy-enable-native-sidecar",
-            "config.alpha.linkerd.io/proxy-enable-native-sidecar",
-        ],
-        quit_switch: Some(("config.linkerd.io/proxy-admin-shutdown", "enabled")),
-        argo_kill: Some(r#"["/usr/lib/linkerd/linkerd-await","sleep","1","--shutdown"]"#),
-    },
-    Facts {
-        kind: Kind::Vault,
-        name: "vault",
-        proxy: "vault-agent",
-        native_keys: &[],
-        quit_switch: Some(("vault.hashicorp.com/agent-enable-quit", "true")),
-        argo_kill: None,
-    },
-    Facts {
-        kind: Kind::Dapr,
-        name: "dapr",
-        proxy: "daprd",
-        native_keys: &["dapr.io/enable-native-sidecar"],
-        quit_switch: None,
-        argo_kill: None,
-    },
-    Facts {
-        kind: Kind::CloudSql,
-        name: "cloudsql",
-        proxy: "cloud-sql-proxy",
-        native_keys: &[],
-        quit_switch: None,
-        argo_kill: None,
-    },
-];
+pub const KINDS: [Kind; 5] = [Kind::Istio, Kind::Linkerd, Kind::Vault, Kind::Dapr, Kind::CloudSql];
 
 impl Kind {
-    pub fn facts(self) -> &'static Facts {
-        MESHES.iter().find(|m| m.kind == self).expect("every kind has facts")
+    /// The mesh's facts.
+    pub fn facts(self) -> &'static Mesh {
+        match self {
+            Kind::Istio => &meshes::ISTIO,
+            Kind::Linkerd => &meshes::LINKERD,
+            Kind::Vault => &meshes::VAULT,
+            Kind::Dapr => &meshes::DAPR,
+            Kind::CloudSql => &meshes::CLOUDSQL,
+        }
     }
     pub fn parse(name: &str) -> Option<Kind> {
-        MESHES
-            .iter()
-            .find(|m| m.name.eq_ignore_ascii_case(name))
-            .map(|m| m.kind)
+        KINDS.into_iter().find(|k| k.facts().name.eq_ignore_ascii_case(name))
     }
 }
 
@@ -113,6 +57,16 @@ pub struct Template<'a> {
     pub label: &'a dyn Fn(&str) -> Option<&'a str>,
     pub containers: &'a [Value],
     pub init_containers: &'a [Value],
+}
+
+impl<'a> Template<'a> {
+    /// A key's value, as the facts table asks for it.
+    pub fn get(&self, key: Key) -> Option<&'a str> {
+        match key.place {
+            Place::Annotation => (self.annotation)(key.name),
+            Place::Label => (self.label)(key.name),
+        }
+    }
 }
 
 /// A mesh found in a pod template.
@@ -126,100 +80,204 @@ pub struct Found {
 /// The meshes of this pod: asked for, already there, or named by `--mesh`
 /// (which a pod's own opt-out overrides).
 pub fn find(t: &Template, namespace_level: &[Kind]) -> Vec<Found> {
-    MESHES
-        .iter()
-        .filter_map(|m| {
-            let asked = asks_for(t, m.kind);
-            let there = proxy_container(t, m).is_some();
-            let present = asked == Some(true) || there || (asked.is_none() && namespace_level.contains(&m.kind));
+    let get = |key: Key| t.get(key);
+    KINDS
+        .into_iter()
+        .filter_map(|kind| {
+            let asked = kind.facts().asks_for(&get);
+            let there = proxy_container(t, kind).is_some();
+            let present = asked == Some(true) || there || (asked.is_none() && namespace_level.contains(&kind));
             present.then(|| Found {
-                kind: m.kind,
-                native: is_native(t, m),
+                kind,
+                native: is_native(t, kind),
             })
         })
         .collect()
 }
 
-/// Whether the template asks for the mesh (`Some(true)`), opts out of it
-/// (`Some(false)`), or says nothing; an injector's mark counts as asked.
-fn asks_for(t: &Template, kind: Kind) -> Option<bool> {
-    let a = |key: &str| (t.annotation)(key);
-    match kind {
-        Kind::Istio => match (t.label)("sidecar.istio.io/inject").or(a("sidecar.istio.io/inject")) {
-            Some(v) => Some(v == "true"),
-            None => a("sidecar.istio.io/status").map(|_| true),
-        },
-        Kind::Linkerd => match a("linkerd.io/inject") {
-            Some(v) => Some(v == "enabled" || v == "ingress"),
-            None => a("linkerd.io/proxy-version").map(|_| true),
-        },
-        Kind::Vault if a("vault.hashicorp.com/agent-pre-populate-only").is_some_and(go_true) => Some(false),
-        Kind::Vault => match a("vault.hashicorp.com/agent-inject") {
-            Some(v) => Some(go_true(v)),
-            None => a("vault.hashicorp.com/agent-inject-status").map(|_| true),
-        },
-        Kind::Dapr => a("dapr.io/enabled").map(|v| v.eq_ignore_ascii_case("true")),
-        Kind::CloudSql => None,
-    }
-}
-
 /// The mesh's proxy container in the spec, as (is an init container, index).
-pub fn proxy_container(t: &Template, m: &Facts) -> Option<(bool, usize)> {
+pub fn proxy_container(t: &Template, kind: Kind) -> Option<(bool, usize)> {
     let is_proxy = |c: &Value| {
         let name = c.get("name").and_then(Value::as_str).unwrap_or("");
-        let image = c.get("image").and_then(Value::as_str).unwrap_or("");
-        name == m.proxy || (m.kind == Kind::CloudSql && image.contains("cloud-sql-proxy"))
+        name == kind.facts().proxy || (kind == Kind::CloudSql && cloudsql_image(c))
     };
     let regular = t.containers.iter().position(is_proxy).map(|i| (false, i));
     regular.or_else(|| t.init_containers.iter().position(is_proxy).map(|i| (true, i)))
 }
 
+/// A Cloud SQL Auth Proxy's image: v2's (`.../cloud-sql-proxy`) or v1's.
+fn cloudsql_image(c: &Value) -> bool {
+    let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+    image.contains(meshes::CLOUDSQL.proxy) || image.contains(meshes::CLOUDSQL_V1_IMAGE)
+}
+
 /// Declared native in the spec (an init container that keeps running) or
-/// by the mesh's per-pod native switch.
-fn is_native(t: &Template, m: &Facts) -> bool {
-    let declared = matches!(proxy_container(t, m), Some((true, i))
+/// by the mesh's per-pod switch, read as native by every version.
+fn is_native(t: &Template, kind: Kind) -> bool {
+    let declared = matches!(proxy_container(t, kind), Some((true, i))
         if t.init_containers[i].get("restartPolicy").and_then(Value::as_str) == Some("Always"));
-    let switched = m.native_keys.iter().any(|key| {
-        (t.annotation)(key).is_some_and(|v| match m.kind {
-            Kind::Istio => v == "true",
-            Kind::Dapr => truthy(v),
-            _ => go_true(v),
-        })
-    });
-    declared || switched
+    declared || kind.facts().native_everywhere(&|key| t.get(key))
 }
 
-/// Go's strconv.ParseBool, true side (Linkerd's and Vault's parser).
-pub fn go_true(v: &str) -> bool {
-    matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
+/// A native switch of the mesh the template sets to a value some version
+/// does not read as native: (key, value).
+pub fn native_set_otherwise<'a>(t: &Template<'a>, kind: Kind) -> Option<(&'static str, &'a str)> {
+    kind.facts().native_set_otherwise(&|key| t.get(key))
 }
 
-/// Dapr's utils.IsTruthy.
-fn truthy(v: &str) -> bool {
-    ["y", "yes", "true", "on", "1"]
+/// Where one setting of the proxy comes from.
+#[derive(Clone, Debug, PartialEq)]
+enum Setting<'a> {
+    /// A flag on its command line, or a variable's literal value.
+    Given(&'a str, String),
+    /// A variable whose value comes from elsewhere (`valueFrom`).
+    Hidden(String),
+    Default,
+}
+
+/// One setting of a Cloud SQL proxy container: its flag (the last given),
+/// else its `CSQL_PROXY_` variable (the last given), else the default.
+fn setting<'a>(proxy: &'a Value, words: &[&'a str], s: &ProxySetting, boolean: bool) -> Setting<'a> {
+    if let Some(value) = meshes::pflag_value(words, s.flag, boolean) {
+        return Setting::Given(value, s.flag.to_string());
+    }
+    let env = proxy
+        .get("env")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    match env
         .iter()
-        .any(|t| v.eq_ignore_ascii_case(t))
+        .rev()
+        .find(|e| e.get("name").and_then(Value::as_str) == Some(s.env))
+    {
+        Some(e) => match e.get("value").and_then(Value::as_str) {
+            Some(value) => Setting::Given(value, s.env.to_string()),
+            None if e.get("valueFrom").is_some() => Setting::Hidden(s.env.to_string()),
+            None => Setting::Given("", s.env.to_string()),
+        },
+        None => Setting::Default,
+    }
 }
 
-/// The container flags a Cloud SQL Auth Proxy needs for meshwrap: its
-/// readiness endpoint and its quit endpoint, each unless already given.
-/// The second list names flags set to something else (reported, left).
-pub fn cloudsql_flags(proxy: &Value) -> (Vec<&'static str>, Vec<String>) {
-    let given: Vec<&str> = ["command", "args"]
+/// What inject makes of a Cloud SQL Auth Proxy container.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CloudSql {
+    /// Flags to append to its args (`--health-check`, `--quitquitquit`).
+    pub add: Vec<&'static str>,
+    /// Its switches set otherwise, each a note (left as set).
+    pub against: Vec<String>,
+    /// meshwrap's `--sidecar` for it (`cloudsql`, or with its moved
+    /// places; empty: none), or why its endpoints cannot be known here.
+    pub sidecar: Result<String, String>,
+    /// What may move its ports unseen (`envFrom`, a config file), and other notes.
+    pub notes: Vec<String>,
+}
+
+/// The v1 proxy (`gce-proxy` image, `/cloud_sql_proxy`): it has none of
+/// v2's flags and no quit endpoint.
+pub fn cloudsql_v1(proxy: &Value) -> bool {
+    let image = proxy.get("image").and_then(Value::as_str).unwrap_or("");
+    let binary = proxy.pointer("/command/0").and_then(Value::as_str).unwrap_or("");
+    image.contains(meshes::CLOUDSQL_V1_IMAGE) || binary.rsplit('/').next() == Some(meshes::CLOUDSQL_V1_BINARY)
+}
+
+/// A v2 Cloud SQL Auth Proxy's endpoints and switches, from its flags and
+/// `CSQL_PROXY_` variables (upstream's precedence: a flag over its
+/// variable); `Err`: why its endpoints cannot be known here.
+pub fn cloudsql(proxy: &Value) -> CloudSql {
+    let words: Vec<&str> = ["command", "args"]
         .iter()
         .filter_map(|f| proxy.get(*f).and_then(Value::as_array))
         .flatten()
         .filter_map(Value::as_str)
         .collect();
-    let (mut add, mut against) = (Vec::new(), Vec::new());
-    for flag in ["--health-check", "--quitquitquit"] {
-        match given.iter().find(|g| g.split('=').next() == Some(flag)) {
-            None => add.push(flag),
-            Some(g) if g.strip_prefix(flag).is_some_and(|rest| rest == "=false") => against.push(g.to_string()),
-            Some(_) => {}
+    let mut out = CloudSql {
+        add: Vec::new(),
+        against: Vec::new(),
+        sidecar: cloudsql_sidecar(proxy, &words),
+        notes: Vec::new(),
+    };
+    for s in [&meshes::CLOUDSQL_HEALTH_CHECK, &meshes::CLOUDSQL_QUITQUITQUIT] {
+        match setting(proxy, &words, s, true) {
+            Setting::Default => out.add.push(s.flag),
+            Setting::Given(v, _) if meshes::pflag_bool(v) == Some(true) => {}
+            Setting::Given(v, by) => out.against.push(format!("{by}={v}")),
+            Setting::Hidden(by) => out.notes.push(format!(
+                "the Cloud SQL proxy's {by} comes from elsewhere: meshwrap needs it true"
+            )),
         }
     }
-    (add, against)
+    if proxy.get("envFrom").is_some() {
+        out.notes.push(hidden_mover("its envFrom"));
+    }
+    if setting(proxy, &words, &meshes::CLOUDSQL_CONFIG_FILE, false) != Setting::Default {
+        out.notes.push(hidden_mover("its config file"));
+    }
+    out
+}
+
+/// meshwrap's `--sidecar` for the proxy: where its readiness
+/// (`--http-address`:`--http-port`) and quit (localhost:`--admin-port`) are.
+fn cloudsql_sidecar(proxy: &Value, words: &[&str]) -> Result<String, String> {
+    let port = |s: &ProxySetting| -> Result<u16, String> {
+        let (value, by) = match setting(proxy, words, s, false) {
+            Setting::Given(v, by) => (v, by),
+            Setting::Default => return Ok(s.default.parse().unwrap_or(0)),
+            Setting::Hidden(by) => return Err(unknown(&by, "its value comes from elsewhere")),
+        };
+        value
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| unknown(&by, &format!("\"{value}\" is not a port number")))
+    };
+    let (http, admin) = (port(&meshes::CLOUDSQL_HTTP_PORT)?, port(&meshes::CLOUDSQL_ADMIN_PORT)?);
+    let host = match setting(proxy, words, &meshes::CLOUDSQL_HTTP_ADDRESS, false) {
+        Setting::Default => "127.0.0.1".to_string(),
+        Setting::Given(address, by) => health_host(address).ok_or_else(|| {
+            unknown(
+                &by,
+                &format!("\"{address}\" is not an address meshwrap can reach it at"),
+            )
+        })?,
+        Setting::Hidden(by) => return Err(unknown(&by, "its value comes from elsewhere")),
+    };
+    Ok(match (meshes::CLOUDSQL.ready, meshes::CLOUDSQL.quit) {
+        (Some((h, _)), Some((a, _))) if (host.as_str(), http, admin) == ("127.0.0.1", h, a) => "cloudsql".into(),
+        _ => format!("cloudsql={host}:{http}/127.0.0.1:{admin}"),
+    })
+}
+
+/// Why a proxy's endpoints cannot be known here.
+fn unknown(by: &str, why: &str) -> String {
+    format!(
+        "the Cloud SQL proxy's {by}: {why}, so meshwrap cannot know where to wait and quit: name its endpoints with \
+         the meshwrap.io/sidecar annotation (cloudsql=HOST:HTTP_PORT/127.0.0.1:ADMIN_PORT)"
+    )
+}
+
+fn hidden_mover(what: &str) -> String {
+    format!(
+        "the Cloud SQL proxy's ports are taken from its flags and variables; {what} may set CSQL_PROXY_HTTP_PORT, \
+         CSQL_PROXY_ADMIN_PORT or CSQL_PROXY_HTTP_ADDRESS unseen (name them with meshwrap.io/sidecar if so)"
+    )
+}
+
+/// Where meshwrap reaches a health check served at `--http-address`: any
+/// local address serves loopback too; an IP literal is reachable as it is.
+fn health_host(address: &str) -> Option<String> {
+    match address {
+        "" | "localhost" | "0.0.0.0" | "::" | "[::]" | "127.0.0.1" => Some("127.0.0.1".into()),
+        _ => match address
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+        {
+            Ok(std::net::IpAddr::V6(ip)) => Some(format!("[{ip}]")),
+            Ok(ip) => Some(ip.to_string()),
+            Err(_) => None,
+        },
+    }
 }
 
 #[cfg(test)]
@@ -243,60 +301,79 @@ mod tests {
         find(&t, ns).into_iter().map(|f| (f.kind, f.native)).collect()
     }
 
+    fn by_annotations(annotations: Value) -> Vec<(Kind, bool)> {
+        found(annotations, json!({}), json!([]), json!([]))
+    }
+
     #[test]
     fn meshes_are_found_from_their_opt_ins_and_marks() {
-        let none = json!([]);
         assert_eq!(
-            found(
-                json!({"linkerd.io/inject": "enabled"}),
-                json!({}),
-                none.clone(),
-                none.clone()
-            ),
+            by_annotations(json!({"linkerd.io/inject": "enabled"})),
             [(Kind::Linkerd, false)]
         );
         assert_eq!(
             found(
                 json!({}),
                 json!({"sidecar.istio.io/inject": "true"}),
-                none.clone(),
-                none.clone()
+                json!([]),
+                json!([])
             ),
             [(Kind::Istio, false)]
         );
         assert_eq!(
-            found(
-                json!({"vault.hashicorp.com/agent-inject": "true", "dapr.io/enabled": "True"}),
-                json!({}),
-                none.clone(),
-                none.clone()
-            ),
+            by_annotations(json!({"vault.hashicorp.com/agent-inject": "true", "dapr.io/enabled": "True"})),
             [(Kind::Vault, false), (Kind::Dapr, false)]
         );
         let prepopulate =
             json!({"vault.hashicorp.com/agent-inject": "true", "vault.hashicorp.com/agent-pre-populate-only": "true"});
-        assert_eq!(found(prepopulate, json!({}), none.clone(), none.clone()), []);
+        assert_eq!(by_annotations(prepopulate), []);
         assert_eq!(
-            found(
-                json!({"linkerd.io/proxy-version": "stable-2.14"}),
-                json!({}),
-                none.clone(),
-                none.clone()
-            ),
+            by_annotations(json!({"linkerd.io/proxy-version": "stable-2.14"})),
             [(Kind::Linkerd, false)]
         );
     }
 
     #[test]
+    fn istio_is_asked_for_by_any_value_some_version_injects_on() {
+        for value in ["yes", "on", "y", "True", "TRUE"] {
+            assert_eq!(
+                by_annotations(json!({"sidecar.istio.io/inject": value})),
+                [(Kind::Istio, false)],
+                "{value}"
+            );
+        }
+        // "no" opts out before 1.27 and leaves it to the namespace after.
+        let ns = [Kind::Istio];
+        let no = json!({"sidecar.istio.io/inject": "no"});
+        assert_eq!(
+            found_with(no, json!({}), json!([]), json!([]), &ns),
+            [(Kind::Istio, false)]
+        );
+        let off = json!({"sidecar.istio.io/inject": "false"});
+        assert_eq!(found_with(off, json!({}), json!([]), json!([]), &ns), []);
+    }
+
+    #[test]
+    fn dapr_is_asked_for_by_any_value_some_version_injects_on() {
+        for value in ["1", "yes", "t", " true "] {
+            assert_eq!(
+                by_annotations(json!({"dapr.io/enabled": value})),
+                [(Kind::Dapr, false)],
+                "{value}"
+            );
+        }
+        assert_eq!(by_annotations(json!({"dapr.io/enabled": "false"})), []);
+    }
+
+    #[test]
     fn the_namespace_level_mesh_yields_to_the_pods_opt_out() {
-        let none = json!([]);
         let ns = [Kind::Istio, Kind::Linkerd];
         assert_eq!(
             found_with(
                 json!({"linkerd.io/inject": "disabled"}),
                 json!({}),
-                none.clone(),
-                none.clone(),
+                json!([]),
+                json!([]),
                 &ns
             ),
             [(Kind::Istio, false)]
@@ -320,27 +397,121 @@ mod tests {
         assert_eq!(found(switched, istio, json!([]), json!([])), [(Kind::Istio, true)]);
         let linkerd =
             json!({"linkerd.io/inject": "enabled", "config.alpha.linkerd.io/proxy-enable-native-sidecar": "t"});
-        assert_eq!(found(linkerd, json!({}), json!([]), json!([])), [(Kind::Linkerd, true)]);
+        assert_eq!(by_annotations(linkerd), [(Kind::Linkerd, true)]);
         let dapr = json!({"dapr.io/enabled": "true", "dapr.io/enable-native-sidecar": "yes"});
-        assert_eq!(found(dapr, json!({}), json!([]), json!([])), [(Kind::Dapr, true)]);
+        assert_eq!(by_annotations(dapr), [(Kind::Dapr, true)]);
+    }
+
+    #[test]
+    fn linkerds_stable_false_over_alpha_true_is_a_regular_proxy() {
+        let both = json!({"linkerd.io/inject": "enabled",
+                          "config.linkerd.io/proxy-enable-native-sidecar": "false",
+                          "config.alpha.linkerd.io/proxy-enable-native-sidecar": "true"});
+        assert_eq!(by_annotations(both), [(Kind::Linkerd, false)]);
+        let beta = json!({"linkerd.io/inject": "enabled",
+                          "config.beta.linkerd.io/proxy-enable-native-sidecar": "false",
+                          "config.alpha.linkerd.io/proxy-enable-native-sidecar": "true"});
+        assert_eq!(by_annotations(beta), [(Kind::Linkerd, false)]);
+    }
+
+    fn proxy(args: Value, env: Value) -> Value {
+        json!({"name": "cloud-sql-proxy", "image": "gcr.io/cloud-sql-connectors/cloud-sql-proxy:2.14.1",
+               "args": args, "env": env})
     }
 
     #[test]
     fn a_cloudsql_proxy_is_found_by_name_or_image_and_given_its_flags() {
-        let proxy = json!({"name": "db", "image": "gcr.io/cloud-sql-connectors/cloud-sql-proxy:2.14.0",
+        let named = json!({"name": "db", "image": "gcr.io/cloud-sql-connectors/cloud-sql-proxy:2.14.0",
                            "args": ["--health-check", "--quitquitquit=false", "project:region:db"]});
         assert_eq!(
-            found(json!({}), json!({}), json!([proxy.clone()]), json!([])),
+            found(json!({}), json!({}), json!([named.clone()]), json!([])),
             [(Kind::CloudSql, false)]
         );
+        let plan = cloudsql(&named);
         assert_eq!(
-            cloudsql_flags(&proxy),
+            (plan.add, plan.against),
             (vec![], vec!["--quitquitquit=false".to_string()])
         );
-        let bare = json!({"name": "cloud-sql-proxy", "image": "x", "args": ["p:r:db"]});
+        let bare = cloudsql(&proxy(json!(["p:r:db"]), json!([])));
         assert_eq!(
-            cloudsql_flags(&bare),
-            (vec!["--health-check", "--quitquitquit"], vec![])
+            (bare.add, bare.sidecar),
+            (vec!["--health-check", "--quitquitquit"], Ok("cloudsql".into()))
         );
+    }
+
+    #[test]
+    fn a_cloudsql_proxy_on_moved_ports_gets_its_own_places() {
+        let flags = proxy(json!(["--http-port=9190", "--admin-port", "9192", "p:r:db"]), json!([]));
+        assert_eq!(
+            cloudsql(&flags).sidecar.unwrap(),
+            "cloudsql=127.0.0.1:9190/127.0.0.1:9192"
+        );
+        let env = proxy(
+            json!(["p:r:db"]),
+            json!([{"name": "CSQL_PROXY_HTTP_PORT", "value": "9290"}, {"name": "CSQL_PROXY_HTTP_ADDRESS", "value": "0.0.0.0"}]),
+        );
+        assert_eq!(
+            cloudsql(&env).sidecar.unwrap(),
+            "cloudsql=127.0.0.1:9290/127.0.0.1:9091"
+        );
+        // The flag wins over its variable.
+        let both = proxy(
+            json!(["--http-port=9390"]),
+            json!([{"name": "CSQL_PROXY_HTTP_PORT", "value": "9290"}]),
+        );
+        assert_eq!(
+            cloudsql(&both).sidecar.unwrap(),
+            "cloudsql=127.0.0.1:9390/127.0.0.1:9091"
+        );
+        let ip = proxy(json!(["--http-address=10.1.2.3"]), json!([]));
+        assert_eq!(cloudsql(&ip).sidecar.unwrap(), "cloudsql=10.1.2.3:9090/127.0.0.1:9091");
+    }
+
+    #[test]
+    fn a_cloudsql_proxy_whose_ports_cannot_be_known_here_is_refused_with_the_reason() {
+        let hidden = proxy(
+            json!([]),
+            json!([{"name": "CSQL_PROXY_ADMIN_PORT", "valueFrom": {"configMapKeyRef": {}}}]),
+        );
+        assert!(
+            cloudsql(&hidden)
+                .sidecar
+                .unwrap_err()
+                .contains("CSQL_PROXY_ADMIN_PORT: its value comes from elsewhere")
+        );
+        let expanded = proxy(json!(["--http-address=$(POD_IP)"]), json!([]));
+        assert!(cloudsql(&expanded).sidecar.unwrap_err().contains("--http-address"));
+        let named = proxy(json!(["--http-port=http"]), json!([]));
+        assert!(cloudsql(&named).sidecar.unwrap_err().contains("not a port number"));
+    }
+
+    #[test]
+    fn a_cloudsql_switch_set_by_its_variable_is_not_set_again() {
+        let on = proxy(json!([]), json!([{"name": "CSQL_PROXY_QUITQUITQUIT", "value": "true"}]));
+        assert_eq!(cloudsql(&on).add, ["--health-check"]);
+        let off = proxy(
+            json!([]),
+            json!([{"name": "CSQL_PROXY_QUITQUITQUIT", "value": "false"}]),
+        );
+        let plan = cloudsql(&off);
+        assert_eq!(
+            (plan.add, plan.against),
+            (vec!["--health-check"], vec!["CSQL_PROXY_QUITQUITQUIT=false".into()])
+        );
+        let from = json!({"name": "cloud-sql-proxy", "image": "x", "envFrom": [{"configMapRef": {"name": "c"}}]});
+        assert!(cloudsql(&from).notes[0].contains("envFrom"));
+    }
+
+    #[test]
+    fn a_v1_cloudsql_proxy_is_told_apart_by_image_or_binary() {
+        assert!(cloudsql_v1(
+            &json!({"name": "cloud-sql-proxy", "image": "gcr.io/cloudsql-docker/gce-proxy:1.28.0"})
+        ));
+        assert!(cloudsql_v1(
+            &json!({"name": "db", "image": "mirror/x:1", "command": ["/cloud_sql_proxy"]})
+        ));
+        assert!(!cloudsql_v1(&proxy(json!([]), json!([]))));
+        let v1 = json!([{"name": "sql", "image": "gcr.io/cloudsql-docker/gce-proxy:1.28.0"}]);
+        assert_eq!(found(json!({}), json!({}), v1, json!([])), [(Kind::CloudSql, false)]);
     }
 }

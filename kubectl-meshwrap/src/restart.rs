@@ -20,17 +20,25 @@ pub type Restarts = [bool; 256];
 /// inherited policy (the pod's, or a replica's) is `inherited`; or why it
 /// cannot be told.
 pub fn restarts(container: &Value, inherited: &str) -> Result<Restarts, String> {
-    let policy = container
-        .get("restartPolicy")
-        .and_then(Value::as_str)
-        .unwrap_or(inherited);
+    let own = container.get("restartPolicy").and_then(Value::as_str);
+    let policy = own.unwrap_or(inherited);
+    let restarts_on = |code: usize| match policy {
+        "Always" => Some(true),
+        "OnFailure" => Some(code != 0),
+        "Never" => Some(false),
+        _ => None,
+    };
+    if restarts_on(0).is_none() {
+        let whose = if own.is_some() {
+            "its restartPolicy"
+        } else {
+            "the restartPolicy it inherits"
+        };
+        return Err(format!("{whose} \"{policy}\" is not Always, OnFailure or Never"));
+    }
     let mut set = [false; 256];
     for (code, restarts) in set.iter_mut().enumerate() {
-        *restarts = match policy {
-            "Always" => true,
-            "OnFailure" => code != 0,
-            _ => false,
-        };
+        *restarts = restarts_on(code).unwrap_or(false);
     }
     let rules = container.get("restartPolicyRules").and_then(Value::as_array);
     // Later rules first, so that an earlier rule's verdict is the one left.
@@ -163,6 +171,17 @@ mod tests {
             {"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [42]}}
         ]});
         assert_eq!(derived(ordered, "Never"), ("never", "".into()));
+    }
+
+    #[test]
+    fn a_restart_policy_that_is_not_always_on_failure_or_never_is_refused_with_the_value() {
+        let e = restarts(&json!({"restartPolicy": "Sometimes"}), "Never").unwrap_err();
+        assert_eq!(e, "its restartPolicy \"Sometimes\" is not Always, OnFailure or Never");
+        let e = restarts(&json!({}), "onFailure").unwrap_err();
+        assert_eq!(
+            e,
+            "the restartPolicy it inherits \"onFailure\" is not Always, OnFailure or Never"
+        );
     }
 
     #[test]

@@ -11,7 +11,12 @@
 //! Each workload of a document (a List's or ResourceList's item) is a unit
 //! that is edited or refused on its own: one item that cannot be edited
 //! leaves that item as it was and the others injected (the units whose edit
-//! reads back wrong are found by halving the set).
+//! reads back wrong are found by halving the set). The entry of a unit
+//! that reads back wrong names the cause: a comment inside brackets, a
+//! duplicate key or a key that is a collection anywhere in the document
+//! (either fails every unit's check), else the line and the text whose
+//! insertion made the unit read otherwise, and where. Finding it parses the
+//! edited document again, on that failure only.
 //!
 //! A UTF-8 byte order mark at the start is read past (kubectl drops it) and
 //! kept in the output, which stays the input plus additions. A document that
@@ -209,6 +214,29 @@ struct Doc<'t, 'a> {
     text: &'t str,
     tree: &'t tree::Document<'a>,
     json: bool,
+    /// A key anywhere in it that fails every edit, said as a refusal:
+    /// looked for only once a unit fails, and once per document.
+    odd_key: std::cell::OnceCell<Option<String>>,
+}
+
+impl Doc<'_, '_> {
+    /// A duplicate key or a key that is a collection, anywhere in the
+    /// document, makes every edit fail its check (the check reads each key
+    /// once, and as a string; a path may lead to the copy the plan did not
+    /// read), so it is the cause to name first.
+    fn odd_key(&self) -> Option<&str> {
+        self.odd_key
+            .get_or_init(|| {
+                let root = &self.tree.root;
+                duplicate_key(self.text, Some(root)).or_else(|| {
+                    root.complex_key().map(|k| format!(
+                        "a mapping key that is a collection at line {}: JSON has no such key and kubectl refuses it; write it as a string (left as it is)",
+                        line_of(self.text, k.start)
+                    ))
+                })
+            })
+            .as_deref()
+    }
 }
 
 /// What one document is run with.
@@ -257,11 +285,14 @@ impl Unit {
 
 const TANGLED: &str =
     "YAML anchors, aliases, tags, merge keys or template syntax where meshwrap would edit: left byte for byte as it is";
-const UNEDITABLE: &str = "could not edit this layout without changing what it reads as: left as it is (write the pod template in block style; please report the layout)";
+const UNEDITABLE: &str =
+    "could not edit this layout without changing what it reads as: left as it is (please report the layout)";
 const FLOW_COMMENT: &str = "a comment inside a flow collection ([...] or {...}) where meshwrap would add: left as it is (move the comment out of the brackets, or write the collection in block style)";
 
-/// Why `unit` could not be edited, with what to change when it is known.
-fn why_uneditable(d: &Doc, unit: &Unit) -> &'static str {
+/// Why `unit`, whose `edits` read back wrong, could not be edited: a
+/// comment in a flow collection, an odd key in the document, else the
+/// line and what could not be inserted there ([`misread`]).
+fn why_uneditable(d: &Doc, unit: &Unit, edits: &[edit::Edit], working: &Value) -> String {
     let flow_comment = unit
         .entries
         .iter()
@@ -269,7 +300,46 @@ fn why_uneditable(d: &Doc, unit: &Unit) -> &'static str {
         .flat_map(regions)
         .filter_map(|path| d.tree.root.at(&path))
         .any(|node| flow_comment(d.text, node));
-    if flow_comment { FLOW_COMMENT } else { UNEDITABLE }
+    if flow_comment {
+        return FLOW_COMMENT.into();
+    }
+    if let Some(why) = d.odd_key() {
+        return why.into();
+    }
+    misread(d, unit, edits, working).unwrap_or_else(|| UNEDITABLE.into())
+}
+
+/// The first place where `unit`, edited by `edits` (its own), reads
+/// otherwise than planned, said as the line and the text that could not be
+/// inserted there. Only for a refusal: it parses the edited document again.
+fn misread(d: &Doc, unit: &Unit, edits: &[edit::Edit], working: &Value) -> Option<String> {
+    let want: Value = match &unit.compact {
+        Some(text) => serde_json::from_str(text).ok()?,
+        None => patch::get(working, &unit.at)?.clone(),
+    };
+    let (local, new) = edited(d, edits);
+    let (docs, error) = tree::parse(&new);
+    let (span, place) = match (error, docs.first().and_then(|doc| doc.root.at(&unit.at))) {
+        (Some(e), _) => (edit::line_span(&new, e.line), "does not parse".to_string()),
+        (None, Some(node)) if docs.len() == 1 => {
+            let mut at = patch::pointer(&unit.at);
+            let node = tree::first_difference(node, &want, &mut at)?;
+            (node.start..node.end.max(node.start), format!("reads otherwise at {at}"))
+        }
+        _ => (0..new.len(), "is not one document".to_string()),
+    };
+    let culprit = edit::culprit(&local, span)?;
+    // A new line goes after the one before it; anything else into its line.
+    let at = culprit.at + d.tree.start;
+    let (line, where_) = if at > 0 && d.text.as_bytes()[at - 1] == b'\n' {
+        (line_of(d.text, at - 1), "after it")
+    } else {
+        (line_of(d.text, at), "there")
+    };
+    Some(format!(
+        "line {line}: could not insert `{}` {where_}: the document then {place}; left as it is (please report the layout)",
+        edit::snippet(culprit)
+    ))
 }
 
 /// Whether a flow collection at or under `node` holds a comment.
@@ -329,6 +399,7 @@ fn document(text: &str, doc: &tree::Document, cx: &Context, entries: &mut Vec<En
         text,
         tree: doc,
         json: cx.json,
+        odd_key: std::cell::OnceCell::new(),
     };
     let edits = edit_units(&d, &editor, &mut units, &mut working);
     finish(&d, &editor, cx, units, working, edits, entries)
@@ -548,9 +619,9 @@ fn without_additions(working: &mut Value, doc: &tree::Document, at: &[Seg]) {
     }
 }
 
-/// The edits of one unit, on their own.
-fn unit_edits(editor: &edit::Editor, unit: &Unit) -> Option<Vec<edit::Edit>> {
-    editor.edits(&patch::fold(&unit.ops)).ok()
+/// The edits of one unit, on their own, or why the editor refused them.
+fn unit_edits(editor: &edit::Editor, unit: &Unit) -> Result<Vec<edit::Edit>, String> {
+    editor.edits(&patch::fold(&unit.ops))
 }
 
 /// Edits every unit that can be edited; refuses the rest (found by halving
@@ -562,13 +633,20 @@ fn edit_units(d: &Doc, editor: &edit::Editor, units: &mut [Unit], working: &mut 
     // fraction of their size as JSON values.
     let mut per_unit: Vec<Option<Vec<edit::Edit>>> = Vec::with_capacity(units.len());
     for unit in units.iter_mut() {
-        let edits = if unit.live { unit_edits(editor, unit) } else { None };
+        let edits = if unit.live {
+            Some(unit_edits(editor, unit))
+        } else {
+            None
+        };
         unit.ops = Vec::new();
-        if edits.is_none() && unit.live {
-            let why = why_uneditable(d, unit);
-            unit.refuse(Verdict::Error, why);
-        }
-        per_unit.push(edits);
+        per_unit.push(match edits {
+            Some(Ok(edits)) => Some(edits),
+            Some(Err(why)) => {
+                unit.refuse(Verdict::Error, d.odd_key().unwrap_or(&why));
+                None
+            }
+            None => None,
+        });
     }
     restore(working, d.tree, units);
     let all: Vec<usize> = (0..units.len()).filter(|&i| units[i].live).collect();
@@ -589,8 +667,8 @@ fn edit_units(d: &Doc, editor: &edit::Editor, units: &mut [Unit], working: &mut 
         bisect(d, working, units, &per_unit, right, &mut good, &mut bad);
     }
     for &i in &bad {
-        let why = why_uneditable(d, &units[i]);
-        units[i].refuse(Verdict::Error, why);
+        let why = why_uneditable(d, &units[i], per_unit[i].as_deref().unwrap_or_default(), working);
+        units[i].refuse(Verdict::Error, &why);
         per_unit[i] = None;
     }
     restore(working, d.tree, units);
@@ -598,9 +676,9 @@ fn edit_units(d: &Doc, editor: &edit::Editor, units: &mut [Unit], working: &mut 
     if good.is_empty() || reads_as_planned(d, &edits, working, &stand_ins(working, units, |_| true)) {
         return edits;
     }
-    for unit in units.iter_mut() {
-        let why = why_uneditable(d, unit);
-        unit.refuse(Verdict::Error, why);
+    for (unit, edits) in units.iter_mut().zip(&per_unit).filter(|(u, _)| u.live) {
+        let why = why_uneditable(d, unit, edits.as_deref().unwrap_or_default(), working);
+        unit.refuse(Verdict::Error, &why);
     }
     restore(working, d.tree, units);
     Vec::new()
@@ -654,6 +732,17 @@ fn bisect(
 /// Whether the document, edited by `edits` and read on its own, is exactly
 /// `expected`.
 fn reads_as_planned(d: &Doc, edits: &[edit::Edit], expected: &Value, holes: &HashMap<usize, &str>) -> bool {
+    let (_, new) = edited(d, edits);
+    let stand_in = |v: &Value| {
+        let text = holes.get(&(v as *const Value as usize))?;
+        Some(serde_json::from_str(text).unwrap_or(Value::Null))
+    };
+    tree::reads_as(&new, expected, d.json, &stand_in)
+}
+
+/// The document's text on its own with `edits` applied, and the edits at
+/// positions in that text.
+fn edited(d: &Doc, edits: &[edit::Edit]) -> (Vec<edit::Edit>, String) {
     let (text, doc) = (d.text, d.tree);
     let end = edits
         .iter()
@@ -671,11 +760,7 @@ fn reads_as_planned(d: &Doc, edits: &[edit::Edit], expected: &Value, holes: &Has
         })
         .collect();
     let new = edit::apply(&text[doc.start..end], &local);
-    let stand_in = |v: &Value| {
-        let text = holes.get(&(v as *const Value as usize))?;
-        Some(serde_json::from_str(text).unwrap_or(Value::Null))
-    };
-    tree::reads_as(&new, expected, d.json, &stand_in)
+    (local, new)
 }
 
 /// The extra additions (the KRM results), planned from the final entries,

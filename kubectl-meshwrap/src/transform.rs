@@ -19,6 +19,8 @@
 
 use serde_json::{Value, json};
 
+use meshwrap::meshes::{self, Key, Read};
+
 use crate::mesh::{self, Found, Kind};
 use crate::patch::{Op, Path, Seg, get, key, under};
 use crate::restart;
@@ -57,13 +59,14 @@ pub const GUARD_DIR: &str = "/run/meshwrap";
 /// meshwrap's default `--pod-annotations` is `PODINFO_DIR/annotations`.
 pub const PODINFO_DIR: &str = "/etc/podinfo";
 
-/// Containers that are sidecars, never the workload.
+/// Containers that are sidecars, never the workload: the meshes' proxies,
+/// Argo's `wait`, meshwrap's guard.
 pub const KNOWN_SIDECARS: [&str; 7] = [
-    "istio-proxy",
-    "linkerd-proxy",
-    "daprd",
-    "vault-agent",
-    "cloud-sql-proxy",
+    meshes::ISTIO.proxy,
+    meshes::LINKERD.proxy,
+    meshes::DAPR.proxy,
+    meshes::VAULT.proxy,
+    meshes::CLOUDSQL.proxy,
     "wait",
     GUARD_CONTAINER,
 ];
@@ -121,6 +124,8 @@ impl Native {
 #[derive(Clone, Debug)]
 pub struct Options {
     pub image: String,
+    /// meshwrap's `--sidecar` items, comma-separated as `MESHWRAP_SIDECAR`
+    /// gives them (`auto`, a preset, `NAME=PLACE[/QUIT_PLACE]`).
     pub sidecar: Option<String>,
     pub timeout: Option<String>,
     pub quit_policy: Option<String>,
@@ -205,6 +210,11 @@ pub enum Restart {
     Replica(Option<String>),
     /// An Argo step: Argo stops the sidecars itself.
     Argo,
+    /// The pod spec's `restartPolicy`; when it has none, there is no default
+    /// to assume, and the template is skipped for this reason.
+    Required(String),
+    /// No restart policy can be told: skipped for this reason.
+    Unknown(String),
 }
 
 /// Where one pod template's parts are, from the document's root.
@@ -344,15 +354,17 @@ fn fit(pod: &Pod, opts: &Options) -> Result<Fit, Outcome> {
 }
 
 /// The restart policy the pod template inherits (a Kubeflow replica's
-/// overrides the pod's); `None` for an Argo step, which Argo ends itself.
-fn restart_policy(doc: &Value, place: &Place) -> Option<String> {
-    Some(match &place.restart {
-        Restart::Argo => return None,
+/// overrides the pod's); `None` for an Argo step, which Argo ends itself;
+/// skipped where none can be told (`operators.rs` has no default).
+fn restart_policy(doc: &Value, place: &Place) -> Result<Option<String>, Outcome> {
+    let own = || text(get(doc, &place.spec).and_then(|s| s.get("restartPolicy")));
+    Ok(Some(match &place.restart {
+        Restart::Argo => return Ok(None),
         Restart::Replica(policy) => policy.clone().unwrap_or_else(|| "Never".into()),
-        Restart::PodSpec(default) => text(get(doc, &place.spec).and_then(|s| s.get("restartPolicy")))
-            .unwrap_or(default)
-            .to_string(),
-    })
+        Restart::PodSpec(default) => own().unwrap_or(default).to_string(),
+        Restart::Required(why) => own().ok_or_else(|| skip("restart-policy", why.clone()))?.to_string(),
+        Restart::Unknown(why) => return Err(skip("restart-policy", why.clone())),
+    }))
 }
 
 /// The op that gives the pod whose metadata is at `metadata` the status
@@ -407,11 +419,19 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
     }
 }
 
+/// The meshes the plan sees in the pod template at `place` (asked for,
+/// already there, or named by `--mesh`), by name, for a report.
+pub fn meshes_at(doc: &Value, place: &Place, opts: &Options) -> Vec<&'static str> {
+    Pod::at(doc, place)
+        .map(|pod| meshes(&pod, opts).iter().map(|f| f.kind.facts().name).collect())
+        .unwrap_or_default()
+}
+
 fn decide<'a>(doc: &'a Value, place: &'a Place, opts: &Options) -> Result<(Pod<'a>, Decision<'a>), Outcome> {
     let pod = Pod::at(doc, place)?;
     refusal(&pod)?;
     let found = meshes(&pod, opts);
-    native_instead(&pod, opts, &found)?;
+    let native_notes = native_instead(&pod, opts, &found)?;
     let candidates = candidates(&pod)?;
     already_wrapped(&candidates)?;
     let chosen = pick_container(&pod, &candidates)?;
@@ -419,10 +439,10 @@ fn decide<'a>(doc: &'a Value, place: &'a Place, opts: &Options) -> Result<(Pod<'
     let (policy, no_quit) = quit_policy(&pod, &chosen, opts)?;
     let (image, timeout) = settings(&pod, opts)?;
     let fit = fit(&pod, opts)?;
-    let mesh = mesh(&pod, &found, opts)?;
+    let (mesh, cloudsql) = mesh(&pod, &found, opts, policy != "never")?;
     let guard = policy != "never" && !mesh.native_only;
     conflicts(&pod, &chosen)?;
-    let switches = switches(&pod, &found, policy != "never");
+    let switches = switches(&pod, &found, policy != "never", cloudsql);
     let podinfo = podinfo_volume(&chosen);
     let volumes = volumes(&pod, opts, &image, guard, &podinfo)?;
     Ok((
@@ -437,6 +457,7 @@ fn decide<'a>(doc: &'a Value, place: &'a Place, opts: &Options) -> Result<(Pod<'
             mesh,
             guard,
             switches,
+            native_notes,
             podinfo,
             volumes,
         },
@@ -465,6 +486,16 @@ impl<'a> Pod<'a> {
     }
     fn annotation(&self, name: &str) -> Option<&'a str> {
         text(self.meta.and_then(|m| m.get("annotations")).and_then(|a| a.get(name)))
+    }
+    fn label(&self, name: &str) -> Option<&'a str> {
+        text(self.meta.and_then(|m| m.get("labels")).and_then(|a| a.get(name)))
+    }
+    /// A key's value, as the mesh facts ask for it.
+    fn get(&self, key: Key) -> Option<&'a str> {
+        match key.place {
+            meshes::Place::Annotation => self.annotation(key.name),
+            meshes::Place::Label => self.label(key.name),
+        }
     }
     /// What holds the pod-level fields: the pod spec, or Argo's workflow spec.
     fn pod_level(&self) -> &'a Value {
@@ -517,6 +548,8 @@ struct Decision<'a> {
     mesh: Mesh,
     guard: bool,
     switches: Switches,
+    /// `--native` asked for, and why the pod is wrapped instead.
+    native_notes: Vec<String>,
     /// The volume mounted at [`PODINFO_DIR`]: the pod's own, or meshwrap's.
     podinfo: String,
     volumes: Vec<Value>,
@@ -669,7 +702,7 @@ fn needs_command(chosen: &Candidate) -> Result<(), Outcome> {
 /// container's restart behaviour calls for (its own restart policy over the
 /// pod's, and its restart rules); with the exit codes that restart it.
 fn quit_policy(pod: &Pod, chosen: &Candidate, opts: &Options) -> Result<(String, Vec<(u8, u8)>), Outcome> {
-    let (derived, no_quit) = match restart_policy(pod.doc, pod.place) {
+    let (derived, no_quit) = match restart_policy(pod.doc, pod.place)? {
         None => ("never", Vec::new()),
         Some(inherited) => restart::restarts(chosen.container, &inherited)
             .map(|set| restart::quit_policy(&set))
@@ -721,9 +754,7 @@ fn settings(pod: &Pod, opts: &Options) -> Result<(String, Option<String>), Outco
 
 /// The meshes of this pod, from its template and `--mesh`.
 fn meshes(pod: &Pod, opts: &Options) -> Vec<Found> {
-    let meta =
-        |field: &'static str| move |name: &str| text(pod.meta.and_then(|m| m.get(field)).and_then(|a| a.get(name)));
-    let (annotation, label) = (meta("annotations"), meta("labels"));
+    let (annotation, label) = (|name: &str| pod.annotation(name), |name: &str| pod.label(name));
     let template = mesh::Template {
         annotation: &annotation,
         label: &label,
@@ -733,112 +764,201 @@ fn meshes(pod: &Pod, opts: &Options) -> Vec<Found> {
     mesh::find(&template, &opts.meshes)
 }
 
+/// The items of a `--sidecar` list (comma-separated, as `MESHWRAP_SIDECAR`).
+fn sidecar_items(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
 /// The presets meshwrap is told about, and whether every mesh is native.
-/// Only a sidecar no annotation reveals is named (a Cloud SQL proxy the
-/// spec declares); an annotation or option naming one wins.
-fn mesh(pod: &Pod, found: &[Found], opts: &Options) -> Result<Mesh, Outcome> {
+/// Only a sidecar no annotation reveals is named: a Cloud SQL proxy the
+/// spec declares, at the places its flags and variables give (added to
+/// `auto`; an annotation or option that names other presets wins).
+fn mesh<'a>(
+    pod: &Pod<'a>,
+    found: &[Found],
+    opts: &Options,
+    quits: bool,
+) -> Result<(Mesh, Option<(Path, mesh::CloudSql)>), Outcome> {
     let native_only = !found.is_empty() && found.iter().all(|f| f.native) && !pod.place.argo;
-    let named = pod.annotation(SIDECAR).map(str::to_string).or(opts.sidecar.clone());
-    if let Some(s) = &named
-        && let Err(e) = meshwrap::sidecar::preset::parse(s)
-    {
-        return Err(skip("bad-annotation", format!("{SIDECAR}: {e}")));
+    let named = pod
+        .annotation(SIDECAR)
+        .or(opts.sidecar.as_deref())
+        .map(sidecar_items)
+        .unwrap_or_default();
+    for item in &named {
+        if !item.eq_ignore_ascii_case("auto")
+            && let Err(e) = meshwrap::sidecar::preset::parse(item)
+        {
+            return Err(skip("bad-annotation", format!("{SIDECAR}: {e}")));
+        }
     }
-    let sidecar = match named {
-        Some(s) => vec![s],
-        None if found.iter().any(|f| f.kind == Kind::CloudSql) => vec!["auto".into(), "cloudsql".into()],
-        None => Vec::new(),
+    let cloudsql = cloudsql(pod, found, quits)?;
+    let preset = |item: &String| item.split('=').next().unwrap_or("").trim().to_ascii_lowercase();
+    let auto = named.is_empty() || named.iter().any(|item| preset(item) == "auto");
+    let mut sidecar = named.clone();
+    if let Some((_, plan)) = &cloudsql
+        && auto
+        && !named.iter().any(|item| preset(item) == meshes::CLOUDSQL.name)
+    {
+        match &plan.sidecar {
+            Ok(item) if item.is_empty() => {}
+            Ok(item) => {
+                if sidecar.is_empty() {
+                    sidecar.push("auto".into());
+                }
+                sidecar.push(item.clone());
+            }
+            Err(why) => return Err(skip("cloudsql-ports", why.clone())),
+        }
+    }
+    Ok((Mesh { sidecar, native_only }, cloudsql))
+}
+
+/// The pod's Cloud SQL Auth Proxy, where the spec declares one: its path
+/// and what it needs. A v1 proxy (`gce-proxy`) has none of v2's flags and
+/// no quit endpoint: refused where a quit is due and the kubelet does not
+/// stop it, otherwise left alone and not waited for.
+fn cloudsql<'a>(pod: &Pod<'a>, found: &[Found], quits: bool) -> Result<Option<(Path, mesh::CloudSql)>, Outcome> {
+    let Some(f) = found.iter().find(|f| f.kind == Kind::CloudSql) else {
+        return Ok(None);
     };
-    Ok(Mesh { sidecar, native_only })
+    let (annotation, label) = (|name: &str| pod.annotation(name), |name: &str| pod.label(name));
+    let template = mesh::Template {
+        annotation: &annotation,
+        label: &label,
+        containers: pod.list("containers"),
+        init_containers: pod.list("initContainers"),
+    };
+    let Some((init, index)) = mesh::proxy_container(&template, Kind::CloudSql) else {
+        return Ok(None);
+    };
+    let field = if init { "initContainers" } else { "containers" };
+    let proxy = &pod.list(field)[index];
+    let path = under(&pod.place.spec, &[key(field), Seg::Index(index)]);
+    if !mesh::cloudsql_v1(proxy) {
+        return Ok(Some((path, mesh::cloudsql(proxy))));
+    }
+    if quits && !f.native {
+        return Err(skip(
+            "cloudsql-v1",
+            format!(
+                "the Cloud SQL proxy is v1 ({}), which has no quit endpoint, so nothing could end it and the pod would \
+                 never complete: use the v2 proxy (gcr.io/cloud-sql-connectors/cloud-sql-proxy) or run it as a native \
+                 sidecar (an init container with restartPolicy: Always)",
+                meshes::CLOUDSQL_V1_IMAGE
+            ),
+        ));
+    }
+    let v1 = mesh::CloudSql {
+        add: Vec::new(),
+        against: Vec::new(),
+        sidecar: Ok(String::new()),
+        notes: vec!["the Cloud SQL proxy is v1, which has none of v2's flags: it is not waited for".into()],
+    };
+    Ok(Some((path, v1)))
 }
 
 /// What each mesh needs for meshwrap's quit to work (when a quit is due):
 /// Linkerd's and Vault's quit endpoints are off unless the pod turns them
 /// on; a Cloud SQL proxy needs `--health-check` for its readiness and
 /// `--quitquitquit` for its quit; an Argo step's proxy may need Argo's
-/// kill command. A value the user set otherwise is reported, not changed.
-fn switches(pod: &Pod, found: &[Found], quits: bool) -> Switches {
+/// kill command (and the switch that command needs). A value the user set
+/// otherwise is reported, not changed.
+fn switches(pod: &Pod, found: &[Found], quits: bool, cloudsql: Option<(Path, mesh::CloudSql)>) -> Switches {
     let mut out = Switches::default();
     for f in found.iter().filter(|f| !f.native) {
         let facts = f.kind.facts();
-        if let (Some((key, value)), true) = (facts.quit_switch, quits) {
-            match pod.annotation(key) {
-                None => {
-                    out.annotations.push((key.into(), value.into()));
-                    out.notes
-                        .push(format!("set {key}: {value}, which turns {}'s quit on", facts.name));
-                }
-                Some(v) if v == value => {}
-                Some(v) => out.notes.push(format!(
-                    "{key} is \"{v}\": left as set, so the {} proxy will refuse meshwrap's quit",
-                    facts.name
-                )),
-            }
+        if quits {
+            quit_switch(pod, facts, &mut out);
         }
         if pod.place.argo {
             argo_kill(pod, facts, &mut out);
         }
-        if f.kind == Kind::CloudSql {
-            cloudsql_args(pod, quits, &mut out);
-        }
+    }
+    if let Some((path, plan)) = cloudsql {
+        let native = found.iter().any(|f| f.kind == Kind::CloudSql && f.native);
+        cloudsql_args(path, plan, quits && !native, &mut out);
     }
     out
 }
 
+/// The mesh's quit switch, turned on unless the pod set it (a value its
+/// injector reads as on is left; any other is reported).
+fn quit_switch(pod: &Pod, facts: &meshes::Mesh, out: &mut Switches) {
+    let Some(switch) = &facts.quit_switch else {
+        return;
+    };
+    let key = switch.key.name;
+    match pod.annotation(key) {
+        None if out.annotations.iter().any(|(k, _)| k == key) => {}
+        None => {
+            out.annotations.push((key.into(), switch.on.into()));
+            out.notes.push(format!(
+                "set {key}: {}, which turns {}'s quit on",
+                switch.on, facts.name
+            ));
+        }
+        Some(v) if switch.parser.read(v) == Read::On => {}
+        Some(v) => out.notes.push(format!(
+            "{key} is \"{v}\": left as set, so the {} proxy will refuse meshwrap's quit",
+            facts.name
+        )),
+    }
+}
+
 /// Argo stops an injected proxy with `kill` through `/bin/sh`, which
-/// distroless proxy images lack: Argo's docs give each mesh's command.
-fn argo_kill(pod: &Pod, facts: &mesh::Facts, out: &mut Switches) {
+/// distroless proxy images lack: the table gives the command that works
+/// (and a command that asks the proxy's quit endpoint gets its switch).
+fn argo_kill(pod: &Pod, facts: &meshes::Mesh, out: &mut Switches) {
     let key = format!("{ARGO_KILL}{}", facts.proxy);
-    match (facts.argo_kill, pod.annotation(&key)) {
+    match (&facts.argo_kill, pod.annotation(&key)) {
         (_, Some(_)) => {}
-        (Some(command), None) => {
+        (Some(kill), None) => {
             out.notes
                 .push(format!("set {key}, so Argo can stop {} without a shell", facts.proxy));
-            out.annotations.push((key, command.into()));
+            out.annotations.push((key, kill.command.into()));
+            if kill.needs_quit_switch {
+                quit_switch(pod, facts, out);
+            }
         }
-        (None, None) if matches!(facts.kind, Kind::Dapr | Kind::CloudSql) => out.notes.push(format!(
-            "Argo stops {} through /bin/sh, which its image lacks: give it {key} or make it a native sidecar",
-            facts.proxy
-        )),
+        (None, None) if facts.name == meshes::DAPR.name || facts.name == meshes::CLOUDSQL.name => {
+            out.notes.push(format!(
+                "Argo stops {} through /bin/sh, which its image lacks: give it {key} or make it a native sidecar",
+                facts.proxy
+            ))
+        }
         (None, None) => {}
     }
 }
 
-/// The Cloud SQL proxy's missing flags, added to its args.
-fn cloudsql_args(pod: &Pod, quits: bool, out: &mut Switches) {
-    let all = [pod.list("containers"), pod.list("initContainers")];
-    let Some((index, field, proxy)) = all
-        .iter()
-        .zip(["containers", "initContainers"])
-        .find_map(|(list, field)| {
-            list.iter()
-                .position(|c| {
-                    text(c.get("name")) == Some("cloud-sql-proxy")
-                        || text(c.get("image")).is_some_and(|i| i.contains("cloud-sql-proxy"))
-                })
-                .map(|i| (i, field, &list[i]))
-        })
-    else {
-        return;
-    };
-    let (mut add, against) = mesh::cloudsql_flags(proxy);
-    add.retain(|flag| quits || *flag != "--quitquitquit");
-    for flag in against {
+/// The Cloud SQL proxy's missing flags, added to its args, and its notes.
+fn cloudsql_args(proxy: Path, plan: mesh::CloudSql, quits: bool, out: &mut Switches) {
+    let mut add = plan.add;
+    add.retain(|flag| quits || *flag != meshes::CLOUDSQL_QUITQUITQUIT.flag);
+    for flag in plan.against {
         out.notes.push(format!(
-            "the Cloud SQL proxy has {flag}: left as set, so it will refuse meshwrap's quit"
+            "the Cloud SQL proxy has {flag}: left as set, so it will refuse meshwrap's quit or readiness"
         ));
     }
+    out.notes.extend(plan.notes);
     if !add.is_empty() {
         out.notes
             .push(format!("added {} to the Cloud SQL proxy's args", add.join(" ")));
-        out.args = Some((under(&pod.place.spec, &[key(field), Seg::Index(index)]), add));
+        out.args = Some((proxy, add));
     }
 }
 
 /// `--native`: where every mesh of the pod has a per-pod native switch, set
 /// those switches instead of wrapping (an `Outcome::Native` as the early
 /// answer); refuse a mesh without one unless the wrapper is the fallback.
-fn native_instead(pod: &Pod, opts: &Options, found: &[Found]) -> Result<(), Outcome> {
+/// A native switch the pod sets to a value some version of its injector
+/// does not read as native is left as set and reported, and the pod is
+/// wrapped instead: the notes.
+fn native_instead(pod: &Pod, opts: &Options, found: &[Found]) -> Result<Vec<String>, Outcome> {
     let mode = match pod.annotation(NATIVE) {
         Some(v) => Native::parse(v).ok_or_else(|| {
             skip(
@@ -848,40 +968,52 @@ fn native_instead(pod: &Pod, opts: &Options, found: &[Found]) -> Result<(), Outc
         })?,
         None => opts.native,
     };
+    if mode == Native::Off {
+        return Ok(Vec::new());
+    }
+    let set_otherwise: Vec<String> = found
+        .iter()
+        .filter(|f| !f.native)
+        .filter_map(|f| {
+            let (key, value) = f.kind.facts().native_set_otherwise(&|k| pod.get(k))?;
+            Some(format!(
+                "native: {key} is \"{value}\": left as set, so {}'s proxy runs as a regular container; wrapped instead",
+                f.kind.facts().name
+            ))
+        })
+        .collect();
+    if !set_otherwise.is_empty() {
+        return Ok(set_otherwise);
+    }
     let fallback = mode == Native::Prefer;
     let lacking: Vec<&str> = found
         .iter()
-        .filter(|f| !f.native && f.kind.facts().native_keys.is_empty())
+        .filter(|f| !f.native && f.kind.facts().native.is_empty())
         .map(|f| f.kind.facts().name)
         .collect();
-    match (mode, found.is_empty(), lacking.is_empty()) {
-        (Native::Off, ..) => return Ok(()),
-        (_, true, _) | (_, _, false) if fallback => return Ok(()),
-        (_, true, _) => {
-            return Err(skip(
-                "native",
-                "native: no mesh found for the pod to switch; name it with --mesh",
-            ));
-        }
-        (_, _, false) => {
-            return Err(skip(
-                "native",
-                format!(
-                    "native: {} has no per-pod native switch; wrap it instead ({NATIVE}: prefer falls back to the wrapper)",
-                    lacking.join(", ")
-                ),
-            ));
-        }
-        _ => {}
+    match (found.is_empty(), lacking.is_empty()) {
+        (true, _) | (_, false) if fallback => Ok(Vec::new()),
+        (true, _) => Err(skip(
+            "native",
+            "native: no mesh found for the pod to switch; name it with --mesh",
+        )),
+        (_, false) => Err(skip(
+            "native",
+            format!(
+                "native: {} has no per-pod native switch; wrap it instead ({NATIVE}: prefer falls back to the wrapper)",
+                lacking.join(", ")
+            ),
+        )),
+        _ => Err(native_switches(pod, found)),
     }
-    Err(native_switches(pod, found))
 }
 
-/// The annotations that make every found mesh's proxy native, and the status.
+/// The annotations that make every found mesh's proxy native (the key each
+/// version of its injector reads first), and the status.
 fn native_switches(pod: &Pod, found: &[Found]) -> Outcome {
     let mut entries = Vec::new();
     for f in found.iter().filter(|f| !f.native) {
-        for key in f.kind.facts().native_keys {
+        for key in f.kind.facts().native_keys() {
             if pod.annotation(key).is_none() {
                 entries.push((key.to_string(), "true".to_string()));
             }
@@ -956,7 +1088,10 @@ fn volumes(pod: &Pod, opts: &Options, image: &str, guard: bool, podinfo: &str) -
     if podinfo == PODINFO_VOLUME {
         wanted.push(json!({
             "name": PODINFO_VOLUME,
-            "downwardAPI": {"items": [{"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]}
+            "downwardAPI": {"items": [
+                {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}},
+                {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}
+            ]}
         }));
     }
     let existing = pod
@@ -1079,7 +1214,8 @@ fn status(d: &Decision, opts: &Options) -> String {
 
 /// What the report says beyond the container and the policy.
 fn notes(d: &Decision) -> Vec<String> {
-    let mut notes = d.switches.notes.clone();
+    let mut notes = d.native_notes.clone();
+    notes.extend(d.switches.notes.iter().cloned());
     if !d.no_quit.is_empty() {
         let codes = restart::flag(&d.no_quit);
         notes.insert(

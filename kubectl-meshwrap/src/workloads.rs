@@ -3,9 +3,16 @@
 //!
 //! An unknown kind with `containers` beneath it is never passed through in
 //! silence: it is reported, and `--template-path KIND=PATH` teaches it.
+//!
+//! Each template also carries its restart behaviour: the `restartPolicy` its
+//! pods run under when it names none, by kind, apiVersion and replica type,
+//! from the table in `operators.rs` (the only place that states them). Where
+//! the table has no default (a Job's template, an operator version it does
+//! not know), the template says which field to set instead of a guess.
 
 use serde_json::Value;
 
+use crate::operators::{self, RestartDefault};
 use crate::patch::{Path, Seg, get, key, under};
 use crate::transform::{Place, Restart};
 
@@ -124,20 +131,53 @@ fn label(path: &Path) -> String {
     out
 }
 
-/// Kubeflow training operator kinds: the replica specs' field, the
-/// container the operator names, and the replicas' restartPolicy when they
-/// name none (the operator's defaulting: OnFailure for PyTorchJob, Never for
-/// the others).
-pub fn kubeflow(kind: &str) -> Option<(&'static str, &'static str, &'static str)> {
+/// Kubeflow training operator kinds: the replica specs' field and the
+/// container the operator names. (Their restart defaults depend on the
+/// apiVersion and the replica type: `operators.rs`.)
+pub fn kubeflow(kind: &str) -> Option<(&'static str, &'static str)> {
     Some(match kind {
-        "TFJob" => ("tfReplicaSpecs", "tensorflow", "Never"),
-        "PyTorchJob" => ("pytorchReplicaSpecs", "pytorch", "OnFailure"),
-        "XGBoostJob" => ("xgbReplicaSpecs", "xgboost", "Never"),
-        "PaddleJob" => ("paddleReplicaSpecs", "paddle", "Never"),
-        "JAXJob" => ("jaxReplicaSpecs", "jax", "Never"),
-        "MPIJob" => ("mpiReplicaSpecs", "mpi", "Never"),
+        "TFJob" => ("tfReplicaSpecs", "tensorflow"),
+        "PyTorchJob" => ("pytorchReplicaSpecs", "pytorch"),
+        "XGBoostJob" => ("xgbReplicaSpecs", "xgboost"),
+        "PaddleJob" => ("paddleReplicaSpecs", "paddle"),
+        "JAXJob" => ("jaxReplicaSpecs", "jax"),
+        "MPIJob" => ("mpiReplicaSpecs", "mpi"),
         _ => return None,
     })
+}
+
+/// The restart behaviour of a template of `kind` at `api` (not a Kubeflow
+/// replica) whose path is `template`: the table's default, or, where it has
+/// none, the field to set.
+fn restart_of(api: &str, kind: &str, template: &str) -> Restart {
+    match operators::lookup(api, kind, "").map(|f| f.default) {
+        Some(RestartDefault::Policy(policy)) => Restart::PodSpec(policy),
+        Some(RestartDefault::Required(accepts)) => Restart::Required(format!(
+            "no restartPolicy, and a {kind}'s pod template has no default (it takes {accepts}): \
+             set {template}.spec.restartPolicy"
+        )),
+        None => Restart::Required(format!(
+            "no restartPolicy, and meshwrap knows no default for a {api} {kind}: set {template}.spec.restartPolicy"
+        )),
+    }
+}
+
+/// The restart behaviour of the Kubeflow replica `replica` (spec `spec`,
+/// under `spec.FIELD`) of a `kind` at `api`: its own `restartPolicy`, else
+/// its operator's default for that apiVersion and replica type, as its
+/// operator runs it on the pods (over the template's).
+fn replica_restart(api: &str, kind: &str, field: &str, replica: &str, spec: &Value) -> Restart {
+    let default = || match operators::lookup(api, kind, replica).map(|f| f.default) {
+        Some(RestartDefault::Policy(policy)) => Some(policy),
+        _ => None,
+    };
+    match spec.get("restartPolicy").and_then(Value::as_str).or_else(default) {
+        Some(policy) => Restart::Replica(Some(operators::replica_pod_policy(policy).to_string())),
+        None => Restart::Unknown(format!(
+            "no restartPolicy, and meshwrap knows no default for replica {replica} of a {api} {kind}: \
+             set spec.{field}.{replica}.restartPolicy"
+        )),
+    }
 }
 
 /// The workloads of one document.
@@ -191,7 +231,7 @@ fn taught_places(doc: &Value, at: &Path, t: &TemplatePath) -> Vec<Place> {
         .into_iter()
         .map(|path| {
             let label = label(&path);
-            template(path, label, Restart::PodSpec("Never"), None)
+            template(path, label, Restart::PodSpec(operators::TAUGHT), None)
         })
         .collect()
 }
@@ -202,8 +242,12 @@ fn places_of(doc: &Value, at: &Path, object: &Value, kind: &str) -> Option<Resul
     let api = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let group = api.split_once('/').map_or("", |(g, _)| g);
     let p = |rest: &[&str]| -> Path { under(at, &rest.iter().map(|k| key(k)).collect::<Vec<_>>()) };
-    let one = |path: &[&str], restart, default| Some(Ok(vec![template(p(path), path.join("."), restart, default)]));
-    let each = |steps: &str, default| Some(Ok(each_template(doc, at, steps, default)));
+    let one = |path: &[&str], default| {
+        let label = path.join(".");
+        let restart = restart_of(api, kind, &label);
+        Some(Ok(vec![template(p(path), label, restart, default)]))
+    };
+    let each = |steps: &str, default| Some(Ok(each_template(doc, at, steps, restart_of(api, kind, ""), default)));
     match (group, kind) {
         ("", "Pod") => Some(Ok(vec![Place {
             label: "pod".into(),
@@ -211,15 +255,15 @@ fn places_of(doc: &Value, at: &Path, object: &Value, kind: &str) -> Option<Resul
             spec: p(&["spec"]),
             volumes: p(&["spec"]),
             argo: false,
-            restart: Restart::PodSpec("Always"),
+            restart: restart_of(api, kind, ""),
             default_container: None,
         }])),
-        ("batch", "Job") => one(&["spec", "template"], Restart::PodSpec("Never"), None),
-        ("batch", "CronJob") => one(&["spec", "jobTemplate", "spec", "template"], Restart::PodSpec("Never"), None),
+        ("batch", "Job") => one(&["spec", "template"], None),
+        ("batch", "CronJob") => one(&["spec", "jobTemplate", "spec", "template"], None),
         ("apps", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet") | ("", "ReplicationController") => {
-            one(&["spec", "template"], Restart::PodSpec("Always"), None)
+            one(&["spec", "template"], None)
         }
-        ("kubeflow.org", k) if kubeflow(k).is_some() => Some(Ok(kubeflow_places(object, at, k))),
+        ("kubeflow.org", k) if kubeflow(k).is_some() => Some(Ok(kubeflow_places(object, at, api, k))),
         ("jobset.x-k8s.io", "JobSet") => each("spec.replicatedJobs[].template.spec.template", None),
         ("trainer.kubeflow.org", "TrainingRuntime" | "ClusterTrainingRuntime") => {
             each("spec.template.spec.replicatedJobs[].template.spec.template", Some("node"))
@@ -227,11 +271,9 @@ fn places_of(doc: &Value, at: &Path, object: &Value, kind: &str) -> Option<Resul
         ("trainer.kubeflow.org", "TrainJob") => Some(Err(
             "a TrainJob's overrides cannot add the init container and guard meshwrap needs: inject its TrainingRuntime or ClusterTrainingRuntime instead".into(),
         )),
-        ("ray.io", "RayJob") if object.pointer("/spec/submitterPodTemplate").is_some() => one(
-            &["spec", "submitterPodTemplate"],
-            Restart::PodSpec("Never"),
-            Some("ray-job-submitter"),
-        ),
+        ("ray.io", "RayJob") if object.pointer("/spec/submitterPodTemplate").is_some() => {
+            one(&["spec", "submitterPodTemplate"], Some("ray-job-submitter"))
+        }
         ("ray.io", "RayJob") => Some(Ok(Vec::new())),
         ("ray.io", "RayCluster" | "RayService") => Some(Err(format!(
             "a {kind}'s head and worker groups run until deleted: left alone (teach a path with --template-path {kind}=PATH to wrap one)"
@@ -248,8 +290,9 @@ fn places_of(doc: &Value, at: &Path, object: &Value, kind: &str) -> Option<Resul
     }
 }
 
-/// Every template a built-in path with `[]` steps reaches.
-fn each_template(doc: &Value, at: &Path, steps: &str, default: Option<&'static str>) -> Vec<Place> {
+/// Every template a built-in path with `[]` steps reaches, each with
+/// `restart` (a default: none of these kinds requires a field).
+fn each_template(doc: &Value, at: &Path, steps: &str, restart: Restart, default: Option<&'static str>) -> Vec<Place> {
     let taught: TemplatePath = format!("x={steps}").parse().expect("a built-in path");
     let mut paths = Vec::new();
     expand(doc, at.clone(), &taught.steps, &mut paths);
@@ -257,30 +300,22 @@ fn each_template(doc: &Value, at: &Path, steps: &str, default: Option<&'static s
         .into_iter()
         .map(|path| {
             let label = label(&path[at.len()..].to_vec());
-            template(path, label, Restart::PodSpec("Never"), default)
+            template(path, label, restart.clone(), default)
         })
         .collect()
 }
 
 /// A Kubeflow job's replicas, each with its own restart policy.
-fn kubeflow_places(object: &Value, at: &Path, kind: &str) -> Vec<Place> {
-    let (field, container, default_restart) = kubeflow(kind).unwrap_or_default();
+fn kubeflow_places(object: &Value, at: &Path, api: &str, kind: &str) -> Vec<Place> {
+    let (field, container) = kubeflow(kind).unwrap_or_default();
     let replicas = object.pointer(&format!("/spec/{field}")).and_then(Value::as_object);
     replicas
         .into_iter()
         .flatten()
         .map(|(replica, spec)| {
-            let restart = spec
-                .get("restartPolicy")
-                .and_then(Value::as_str)
-                .unwrap_or(default_restart);
+            let restart = replica_restart(api, kind, field, replica, spec);
             let path = under(at, &[key("spec"), key(field), key(replica), key("template")]);
-            template(
-                path,
-                replica.clone(),
-                Restart::Replica(Some(restart.to_string())),
-                Some(container),
-            )
+            template(path, replica.clone(), restart, Some(container))
         })
         .collect()
 }

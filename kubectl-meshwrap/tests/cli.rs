@@ -505,3 +505,36 @@ fn a_symlink_to_nothing_is_refused_with_its_name() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Layouts inject refuses, and the start of what it says.
+const REFUSED_LAYOUTS: [(&str, &str); 3] = [
+    // A duplicate key outside the workload: the document reads back with
+    // one of the copies, never as planned.
+    (
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: batch/v1\n  kind: Job\n  metadata: {name: a}\n  spec:\n    template:\n      spec:\n        restartPolicy: Never\n        containers:\n        - name: c\n          image: busybox\n          command: [sh]\n- apiVersion: v1\n  kind: ConfigMap\n  data: {level: debug}\n  data: {level: info}\n",
+        "Job/a spec.template: error: duplicate key \"data\" at line 18:",
+    ),
+    // A key that is a collection, elsewhere in the document.
+    (
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: b\n  labels:\n    ? [x]\n    : y\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: c\n        image: busybox\n        command: [sh]\n",
+        "Job/b spec.template: error: a mapping key that is a collection at line 6:",
+    ),
+    // An empty `|` as the file's last line: the YAML reader the check uses
+    // (saphyr) reads it as a newline there and as nothing once a line
+    // follows, so the addition after it would change it.
+    (
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: c\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: c\n        image: busybox\n        command:\n        - |\n",
+        "Job/c spec.template: error: line 13: could not insert `volumeMounts:` after it: the document then reads otherwise at /spec/template/spec/containers/0/command/6;",
+    ),
+];
+
+#[test]
+fn a_refused_layout_is_reported_with_its_cause_and_line_and_left_as_it_is() {
+    for (input, said) in REFUSED_LAYOUTS {
+        let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "--allow-skip", "-f", "-"], input);
+        assert_eq!(run.code, 1, "{}", run.stderr);
+        assert!(run.stderr.contains(said), "no {said:?} in:\n{}", run.stderr);
+        assert!(!run.stderr.contains("block style"), "{}", run.stderr);
+        assert_eq!(run.stdout, "", "nothing is written on an error");
+    }
+}

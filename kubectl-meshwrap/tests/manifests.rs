@@ -85,6 +85,8 @@ fn the_cert_manager_install_is_its_golden_and_safe_by_construction() {
         [
             "Namespace",
             "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
             "Issuer",
             "Certificate",
             "Issuer",
@@ -95,8 +97,8 @@ fn the_cert_manager_install_is_its_golden_and_safe_by_construction() {
             "MutatingWebhookConfiguration"
         ]
     );
-    // No RBAC at all, and no token to use it with.
-    assert!(!kinds.iter().any(|k| k.contains("Role")));
+    // The account gives no token to pods that name it; the webhook's pod
+    // asks for one itself (events_get_rbac_... has the rest).
     assert_eq!(
         by_kind(&docs, "ServiceAccount")[0]["automountServiceAccountToken"],
         false
@@ -235,6 +237,88 @@ fn self_signed_embeds_a_ca_bundle_that_reaches_the_webhook_serving_its_certifica
         "",
     );
     assert!(!again.stdout.contains(secret["data"]["tls.key"].as_str().unwrap()));
+}
+
+/// `--tls-secret NAME --ca-bundle FILE` (the chart's
+/// certificates.mode=existing): the webhook mounts the Secret you manage,
+/// the API server trusts exactly the file's CA, and nothing secret or random
+/// is printed, so the output can be committed.
+#[test]
+fn a_secret_you_manage_is_mounted_and_exactly_its_ca_trusted_with_nothing_secret_printed() {
+    let ca_file = goldens().join("example-ca.pem");
+    let ca = ca_file.to_str().unwrap();
+    let args = ["--tls-secret", "meshwrap-serving-tls", "--ca-bundle", ca];
+    let run = manifests(&args);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stderr, "");
+    check_golden("existing-secret.yaml", &run.stdout);
+    assert_eq!(manifests(&args).stdout, run.stdout, "every run is the same");
+    let docs = documents(&run.stdout);
+    for kind in ["Secret", "Issuer", "Certificate"] {
+        assert!(by_kind(&docs, kind).is_empty(), "{kind}");
+    }
+    let configuration = by_kind(&docs, "MutatingWebhookConfiguration")[0];
+    assert!(
+        configuration["metadata"].get("annotations").is_none(),
+        "no cert-manager injection"
+    );
+    let pem = std::fs::read(&ca_file).unwrap();
+    for webhook in configuration["webhooks"].as_array().unwrap() {
+        assert_eq!(
+            webhook["clientConfig"]["caBundle"],
+            base64::engine::general_purpose::STANDARD.encode(&pem)
+        );
+    }
+    let deployment = by_kind(&docs, "Deployment")[0];
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["volumes"],
+        json!([{"name": "tls", "secret": {"secretName": "meshwrap-serving-tls"}}])
+    );
+
+    // Half of it, both ways at once, or a bundle that is not one: one line
+    // naming the flag, and nothing printed.
+    let dir = common::temp_dir("ca-bundles");
+    let (key, empty) = (dir.join("with-key.pem"), dir.join("empty.pem"));
+    let text = String::from_utf8(pem).unwrap();
+    std::fs::write(
+        &key,
+        format!("{text}-----BEGIN PRIVATE KEY-----\nMIGH\n-----END PRIVATE KEY-----\n"),
+    )
+    .unwrap();
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    let (key, empty) = (key.to_str().unwrap(), empty.to_str().unwrap());
+    for (args, says) in [
+        (vec!["--tls-secret", "tls"], "--tls-secret needs --ca-bundle"),
+        (vec!["--ca-bundle", ca], "--ca-bundle goes with --tls-secret"),
+        (
+            vec!["--tls-secret", "tls", "--ca-bundle", ca, "--self-signed"],
+            "--self-signed: choose one",
+        ),
+        (
+            vec!["--tls-secret", "tls", "--ca-bundle", key],
+            "--ca-bundle holds a private key",
+        ),
+        (
+            vec!["--tls-secret", "tls", "--ca-bundle", empty],
+            "--ca-bundle: no PEM certificate",
+        ),
+        (
+            vec!["--tls-secret", "tls", "--ca-bundle", "/nonexistent/ca.pem"],
+            "--ca-bundle /nonexistent/ca.pem",
+        ),
+        (vec!["--tls-secret", "TLS_secret", "--ca-bundle", ca], "--tls-secret"),
+        (
+            vec!["--tls-secret", "tls", "--ca-bundle", ca, "--previous-ca", ca],
+            "--previous-ca goes with --self-signed",
+        ),
+    ] {
+        let run = manifests(&args);
+        assert_ne!(run.code, 0, "{args:?}");
+        assert_eq!(run.stdout, "", "{args:?}");
+        assert_eq!(run.stderr.lines().count(), 1, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -466,4 +550,185 @@ fn the_webhook_deployment_carries_mesh_and_native() {
     let plain = documents(&manifests(&[]).stdout);
     let env = &by_kind(&plain, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"];
     assert!(!env.to_string().contains("MESHWRAP_MESH"), "the default adds nothing");
+}
+
+fn env_of(deployment: &Value) -> Vec<(String, String)> {
+    deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_string(),
+                e["value"].as_str().unwrap_or("(valueFrom)").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn events_get_create_and_patch_on_events_and_a_token_on_the_webhook_pod_only() {
+    // On by default: a ClusterRole that allows exactly what posting events
+    // needs, bound to the webhook's account, and a token for its pod alone.
+    let docs = documents(&manifests(&[]).stdout);
+    let role = by_kind(&docs, "ClusterRole")[0];
+    assert_eq!(role["metadata"]["name"], "meshwrap-webhook-events");
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}])
+    );
+    let binding = by_kind(&docs, "ClusterRoleBinding")[0];
+    assert_eq!(
+        binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "meshwrap-webhook-events"})
+    );
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "meshwrap-webhook", "namespace": "meshwrap-system"}])
+    );
+    assert_eq!(
+        by_kind(&docs, "ServiceAccount")[0]["automountServiceAccountToken"],
+        false
+    );
+    let deployment = by_kind(&docs, "Deployment")[0];
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], true);
+    assert_eq!(pod["serviceAccountName"], "meshwrap-webhook");
+    assert!(env_of(deployment).contains(&("MESHWRAP_EVENTS".into(), "on".into())));
+    // The binding follows the namespace.
+    let docs = documents(&manifests(&["--namespace", "platform-tools"]).stdout);
+    assert_eq!(
+        by_kind(&docs, "ClusterRoleBinding")[0]["subjects"][0]["namespace"],
+        "platform-tools"
+    );
+
+    // Off: no RBAC and no token at all, and the webhook is told.
+    for off in [
+        manifests(&["--events", "off"]),
+        run_in(
+            None,
+            &["manifests", "--image", IMAGE, "--webhook-image", WEBHOOK_IMAGE],
+            "",
+            &[("MESHWRAP_EVENTS", "off")],
+        ),
+    ] {
+        assert_eq!(off.code, 0, "{}", off.stderr);
+        let docs = documents(&off.stdout);
+        assert!(!docs.iter().any(|d| d["kind"].as_str().unwrap().contains("Role")));
+        let deployment = by_kind(&docs, "Deployment")[0];
+        assert_eq!(
+            deployment["spec"]["template"]["spec"]["automountServiceAccountToken"],
+            false
+        );
+        assert!(env_of(deployment).contains(&("MESHWRAP_EVENTS".into(), "off".into())));
+    }
+    let bad = manifests(&["--events", "maybe"]);
+    assert_eq!((bad.code, bad.stdout.as_str()), (2, ""));
+    assert_eq!(bad.stderr.lines().count(), 1, "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("--events") && bad.stderr.contains("on, off"),
+        "{}",
+        bad.stderr
+    );
+}
+
+#[test]
+fn the_network_policy_never_restricts_egress_so_events_reach_the_api_server() {
+    let docs = documents(&manifests(&["--pod-cidr", "10.244.0.0/16"]).stdout);
+    let policy = by_kind(&docs, "NetworkPolicy")[0];
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+    assert!(policy["spec"].get("egress").is_none());
+}
+
+fn match_conditions(docs: &[Value]) -> Vec<Value> {
+    by_kind(docs, "MutatingWebhookConfiguration")[0]["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.get("matchConditions").cloned().unwrap_or(Value::Null))
+        .collect()
+}
+
+#[test]
+fn match_conditions_leave_opted_out_pods_and_the_never_selected_namespaces_to_the_api_server() {
+    let expected = json!([
+        {"name": "not-opted-out-by-annotation",
+         "expression": "!has(object.metadata.annotations) || !('meshwrap.io/inject' in object.metadata.annotations) || object.metadata.annotations['meshwrap.io/inject'] != 'false'"},
+        {"name": "not-opted-out-by-label",
+         "expression": "!has(object.metadata.labels) || !('meshwrap.io/inject' in object.metadata.labels) || object.metadata.labels['meshwrap.io/inject'] != 'false'"},
+        {"name": "not-a-never-selected-namespace",
+         "expression": "!(request.namespace in ['mesh-tools', 'kube-system'])"}
+    ]);
+    // Printed with no version given, and from 1.30 in any spelling.
+    for version in [
+        None,
+        Some("1.30"),
+        Some("v1.30.2"),
+        Some("1.31.1-eks-a737599"),
+        Some("v1.36.0+k3s1"),
+    ] {
+        let mut args = vec!["--namespace", "mesh-tools"];
+        if let Some(v) = version {
+            args.extend(["--kube-version", v]);
+        }
+        let run = manifests(&args);
+        assert_eq!(run.code, 0, "{version:?}: {}", run.stderr);
+        assert_eq!(
+            match_conditions(&documents(&run.stdout)),
+            [expected.clone(), expected.clone()],
+            "{version:?}"
+        );
+    }
+    // Not for a cluster that may not have the field.
+    for version in ["1.28", "v1.29.8", "1.29.1-gke.100"] {
+        let run = manifests(&["--kube-version", version]);
+        assert_eq!(run.code, 0, "{version}: {}", run.stderr);
+        assert_eq!(
+            match_conditions(&documents(&run.stdout)),
+            [Value::Null, Value::Null],
+            "{version}"
+        );
+    }
+    for bad in ["latest", "1", "2.0", "1.x", "1.30beta"] {
+        let run = manifests(&["--kube-version", bad]);
+        assert_eq!((run.code, run.stdout.as_str()), (2, ""), "{bad}");
+        assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+        assert!(
+            run.stderr.contains("--kube-version") && run.stderr.contains("1.30"),
+            "{}",
+            run.stderr
+        );
+    }
+}
+
+/// The matchConditions as printed, evaluated as the API server evaluates
+/// them (tests/common/conditions.rs): no pod makes one fail (failurePolicy
+/// Fail would refuse it), and each sample pod is left alone or sent as it
+/// should be, in the default namespace and another.
+#[test]
+fn match_conditions_evaluate_without_error_to_the_expected_decision_for_every_kind_of_pod() {
+    for (own, args) in [
+        ("meshwrap-system", vec![]),
+        (
+            "platform-tools",
+            vec!["--namespace", "platform-tools", "--kube-version", "1.30"],
+        ),
+    ] {
+        let run = manifests(&args);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let docs = documents(&run.stdout);
+        let configuration = by_kind(&docs, "MutatingWebhookConfiguration")[0];
+        let decided = conditions::assert_match_conditions_decide_as_expected(configuration, own);
+        assert_eq!(decided, 2 * conditions::samples(own).len());
+    }
+    // The API server skips a pod for an opt-out exactly where the webhook
+    // itself (the same decision as inject's) would leave it alone.
+    for (what, _, metadata, expected) in conditions::samples("meshwrap-system") {
+        let mut pod = conditions::pod(metadata);
+        pod["metadata"]["name"] = json!("p");
+        let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "--allow-skip"], &pod.to_string());
+        let opted_out = run.stderr.contains("opted out: meshwrap.io/inject is \"false\"");
+        let by_opt_out = matches!(&expected, conditions::Decision::Skip(c) if c.starts_with("not-opted-out"));
+        assert_eq!(opted_out, by_opt_out, "{what}: {}", run.stderr);
+    }
 }

@@ -132,3 +132,70 @@ fn the_krm_function_takes_mesh_native_run_as_user_and_resources() {
         assert!(run.stderr.contains(says), "{bad}: {}", run.stderr);
     }
 }
+
+/// H1 through the KRM function: `native: "true"` on a template whose
+/// Linkerd stable native key is "false" leaves it, wraps the command, and
+/// never stamps the pod native.
+#[test]
+fn the_krm_functions_native_wraps_a_pod_whose_native_switch_is_set_otherwise() {
+    let list = LIST.replace(
+        "        spec:\n          restartPolicy",
+        "        metadata:\n          annotations:\n            linkerd.io/inject: enabled\n            \
+         config.linkerd.io/proxy-enable-native-sidecar: \"false\"\n        spec:\n          restartPolicy",
+    );
+    let run = kubectl_meshwrap(&["fn"], &format!("{list}    native: \"true\"\n"));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("/mesh/meshwrap"), "wrapped: {}", run.stdout);
+    assert!(
+        !run.stdout.contains(r#""native":"#),
+        "not stamped native: {}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("config.linkerd.io/proxy-enable-native-sidecar: \"false\""),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("left as set, so linkerd's proxy runs as a regular container"),
+        "reported in the results: {}",
+        run.stdout
+    );
+}
+
+/// L3: --sidecar takes what meshwrap's takes (auto, a comma list in
+/// MESHWRAP_SIDECAR, NAME=PLACE/QUIT_PLACE); a bad item is one line.
+#[test]
+fn sidecar_takes_auto_and_lists_as_meshwraps_does() {
+    let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "--sidecar", "auto", "-f", "-"], JOB);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("--sidecar, auto,"), "{}", run.stdout);
+    let run = run_in(
+        None,
+        &["inject", "--image", IMAGE, "-f", "-"],
+        JOB,
+        &[("MESHWRAP_SIDECAR", "istio,vault")],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("--sidecar, istio, --sidecar, vault,"),
+        "{}",
+        run.stdout
+    );
+    let run = kubectl_meshwrap(
+        &[
+            "inject",
+            "--image",
+            IMAGE,
+            "--sidecar",
+            "cloudsql=127.0.0.1:9190/127.0.0.1:9192",
+            "-f",
+            "-",
+        ],
+        JOB,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    refused(&["--sidecar", "consul"], &[], "--sidecar", "'consul' is not a preset");
+}

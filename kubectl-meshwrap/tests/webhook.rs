@@ -213,6 +213,43 @@ fn the_fixtures_decide_what_the_issue_says() {
     }
     let again = out("skipped-before");
     assert_eq!(status(&again)["container"], "etl", "a skipped pod is decided again");
+
+    // #28: a native switch set otherwise is left and the pod wrapped, never
+    // stamped native (H1); Linkerd's stable "false" over alpha "true" is a
+    // regular proxy, quit and guarded (H2); a Cloud SQL proxy's moved ports
+    // reach meshwrap (H3); the labels are mounted for Dapr's mark (M2).
+    let annotation = |v: &Value, key: &str| v["pod"]["metadata"]["annotations"][key].clone();
+    let switched = out("native-switch-false-pod");
+    assert_eq!(status(&switched).get("native"), None, "{switched}");
+    assert_eq!(status(&switched)["guard"], true);
+    assert_eq!(
+        annotation(&switched, "config.linkerd.io/proxy-enable-native-sidecar"),
+        "false"
+    );
+    let precedence = out("linkerd-native-precedence-pod");
+    assert!(!command(&precedence, "etl").contains(&"--native-sidecar".to_string()));
+    assert_eq!(status(&precedence)["guard"], true);
+    assert_eq!(
+        annotation(&precedence, "config.linkerd.io/proxy-admin-shutdown"),
+        "enabled"
+    );
+    let cloudsql = out("cloudsql-ports-pod");
+    assert!(
+        command(&cloudsql, "etl").contains(&"cloudsql=127.0.0.1:9190/127.0.0.1:9192".to_string()),
+        "{cloudsql}"
+    );
+    let dapr = out("dapr-pod");
+    let podinfo = dapr["pod"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "meshwrap-podinfo")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        podinfo["downwardAPI"]["items"][1],
+        json!({"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}})
+    );
 }
 
 #[test]

@@ -57,8 +57,9 @@ pub struct Args {
     /// whose injector marked the pod in its annotations (Istio, Linkerd,
     /// Vault, Dapr), or Istio's when no annotations file is mounted.
     /// NAME=HOST or NAME=HOST:PORT moves its endpoints (its other port keeps
-    /// its distance). Repeatable; --ready-url and --quit-url add to the
-    /// presets' endpoints. The variable takes a comma-separated list.
+    /// its distance); NAME=PLACE/QUIT_PLACE gives the quit its own place.
+    /// Repeatable; --ready-url and --quit-url add to the presets'
+    /// endpoints. The variable takes a comma-separated list.
     #[arg(long, value_name = "NAME[=HOST[:PORT]]", allow_hyphen_values = true, env = "MESHWRAP_SIDECAR",
           action = ArgAction::Append)]
     pub sidecar: Vec<String>,
@@ -105,9 +106,10 @@ pub struct Args {
     )]
     pub native_sidecar: String,
 
-    /// The pod's annotations as the Downward API mounts them. They tell
-    /// whether each preset's sidecar is in the pod (skipped if not) and whether
-    /// Istio's is native. A missing file means nothing is known.
+    /// The pod's annotations as the Downward API mounts them (and a labels
+    /// file beside it). They tell whether each preset's sidecar is in the
+    /// pod (skipped if not) and whether it is native. A missing file means
+    /// nothing is known.
     #[arg(long = "pod-annotations", allow_hyphen_values = true, value_name = "FILE",
           env = "MESHWRAP_POD_ANNOTATIONS", default_value = crate::sidecar::pod::DEFAULT_PATH)]
     pub pod_annotations: String,

@@ -355,25 +355,17 @@ fn exit_codes(raw: &str) -> Option<Vec<(u8, u8)>> {
         .collect()
 }
 
-/// The rows `--explain` adds for `--sidecar auto`: which annotation decided
-/// each preset (read only when explaining).
+/// The rows `--explain` adds for `--sidecar auto`: which key decided each
+/// preset, by the run's own verdict (read only when explaining).
 pub fn pod_decisions(config: &Config, explained: &mut Explained) {
     if !config.auto {
         return;
     }
-    let facts = crate::sidecar::pod::read(&config.pod_annotations);
-    for (name, mark) in crate::sidecar::pod::MARKERS {
-        let decision = match &facts {
-            Err(why) => format!("kept: the annotations file is unreadable ({why})"),
-            Ok(None) if name == "istio" => "kept: no annotations file, so Istio as always".into(),
-            Ok(None) => "skipped: no annotations file to show it".into(),
-            Ok(Some(facts)) => match facts.of(name).and_then(|s| s.absent.as_ref()) {
-                Some(why) => format!("skipped: {why}"),
-                None if facts.of(name).is_some_and(|s| s.native) => format!("in the pod ({mark}), native: not quit"),
-                None => format!("in the pod ({mark})"),
-            },
-        };
-        explained.push((name, decision, Origin::Pod));
+    let read = crate::sidecar::pod::read(&config.pod_annotations);
+    let facts = read.as_ref().map(Option::as_ref).map_err(String::as_str);
+    for mesh in crate::meshes::MARKED {
+        let verdict = crate::sidecar::verdict(mesh.name, facts, true);
+        explained.push((mesh.name, verdict.why, Origin::Pod));
     }
 }
 

@@ -27,7 +27,9 @@
 //!
 //! Failures are classified because callers treat them differently: a refused
 //! connection while waiting means "not listening yet" (poll again soon), while
-//! after the sidecar was seen ready it means "already gone".
+//! after the sidecar was seen ready it means "already gone"; and a quit's
+//! failure says whether the request was written in full (`Unsent` until
+//! then), since only one that was not may be sent again.
 
 use std::future::Future;
 use std::io;
@@ -178,6 +180,11 @@ pub enum Failure {
     Garbage(String),
     /// Any other I/O error, name resolution included.
     Io(io::Error),
+    /// A request ([`Client::request`]) that did not go out in full, and why:
+    /// no connection (refused, timed out, no route or address), or its write
+    /// failed or did not finish. The peer cannot have acted on it. Every
+    /// other failure of a request comes after it was written in full.
+    Unsent(Box<Failure>),
 }
 
 impl std::fmt::Display for Failure {
@@ -189,6 +196,7 @@ impl std::fmt::Display for Failure {
             Failure::Closed => f.write_str("connection closed before a response"),
             Failure::Garbage(e) => write!(f, "invalid response: {e}"),
             Failure::Io(e) => write!(f, "{e}"),
+            Failure::Unsent(why) => write!(f, "not sent: {why}"),
         }
     }
 }
@@ -339,9 +347,11 @@ impl<'e> Client<'e> {
     /// Sends one request with an empty body on a new connection; returns
     /// the response status code.
     ///
-    /// Two bounds, because a request that went out may have been acted on:
-    /// the connect is bounded by `connect_timeout` (`TimedOut`: nothing was
-    /// sent), the answer by `answer_within` (`Unanswered`: it was sent). The
+    /// A request that went out may have been acted on, so the failures say
+    /// which side of that line they fall: [`Failure::Unsent`] until the
+    /// request is written in full (the connect is bounded by
+    /// `connect_timeout`), anything else after (`Closed`, `Garbage`, `Io`,
+    /// or `Unanswered` when no answer came within `answer_within`). The
     /// request itself, a hundred bytes on a new connection, goes into the
     /// socket buffer at the first poll of the answer's wait (tokio's timeout
     /// polls its future before its clock), so even a zero `answer_within`
@@ -353,12 +363,21 @@ impl<'e> Client<'e> {
         answer_within: Duration,
     ) -> Result<u16, Failure> {
         let Client { endpoint, addrs, .. } = self;
-        let stream = within(connect_timeout, addrs.connect(endpoint)).await?;
+        let unsent = |why| Failure::Unsent(Box::new(why));
+        let stream = within(connect_timeout, addrs.connect(endpoint)).await.map_err(unsent)?;
         let request = endpoint.request(method);
-        tokio::time::timeout(answer_within, exchange(&stream, &request))
-            .await
-            .unwrap_or(Err(Failure::Unanswered))
-            .map(|response| response.status)
+        let written = std::cell::Cell::new(false);
+        let answer = tokio::time::timeout(answer_within, async {
+            write_all(&stream, &request).await.map_err(unsent)?;
+            written.set(true);
+            read_response(&stream).await
+        })
+        .await;
+        match answer {
+            Ok(response) => response.map(|r| r.status),
+            Err(_) if written.get() => Err(Failure::Unanswered),
+            Err(_) => Err(unsent(Failure::TimedOut)),
+        }
     }
 
     /// Opens (and drops) a connection, bounded by `timeout`: whether anything listens.
@@ -482,6 +501,11 @@ struct Response {
 /// Writes `request` and reads the response's head (and what of its body came with it).
 async fn exchange(stream: &TcpStream, request: &[u8]) -> Result<Response, Failure> {
     write_all(stream, request).await?;
+    read_response(stream).await
+}
+
+/// Reads a response's head (and what of its body came with it).
+async fn read_response(stream: &TcpStream) -> Result<Response, Failure> {
     let mut buf = Vec::new();
     loop {
         if let Some(head) = parse_head(&buf)? {

@@ -43,64 +43,128 @@ pub struct Plan {
     pub quit: Vec<Target>,
 }
 
+/// What the pod's files say of one marked preset, as the run takes it and
+/// `--explain` prints it (both from here, so they cannot disagree).
+pub struct Verdict {
+    pub keep: bool,
+    /// The sidecar runs as a native one (its quit is dropped).
+    pub native: bool,
+    /// Why, as `--explain` prints it.
+    pub why: String,
+    /// What the run logs, if anything.
+    pub log: Option<String>,
+}
+
+/// The verdict on the marked preset `name`, from the annotations file as
+/// read (`Err`: unreadable; `Ok(None)`: no file). With `auto`, the presets
+/// beyond Istio are guesses, kept only where the pod's files show them.
+pub fn verdict(name: &str, facts: Result<Option<&pod::Facts>, &str>, auto: bool) -> Verdict {
+    let guess = auto && name != "istio";
+    let (keep, why, native) = match facts.map(|f| f.map(|f| f.of(name))) {
+        Err(error) if guess => (
+            false,
+            format!("skipped: the annotations file is unreadable ({error}), so nothing shows it"),
+            false,
+        ),
+        Err(error) => (
+            true,
+            format!("kept: the annotations file is unreadable ({error})"),
+            false,
+        ),
+        Ok(None) if guess => (false, "skipped: no annotations file to show it".into(), false),
+        Ok(None) if auto => (true, "kept: no annotations file, so Istio as always".into(), false),
+        Ok(None) | Ok(Some(None)) => (true, "kept: nothing in the pod's files says otherwise".into(), false),
+        Ok(Some(Some(seen))) => match &seen.absent {
+            Some(absent) => (false, format!("skipped: {absent}"), false),
+            None if seen.native => (true, format!("in the pod ({}), native: not quit", seen.shown_by), true),
+            None => (true, format!("in the pod ({})", seen.shown_by), false),
+        },
+    };
+    let log = match facts {
+        Ok(Some(f)) => match f.of(name).map(|s| (&s.absent, s.shown_by)) {
+            Some((Some(absent), _)) if !guess => Some(format!("skipping the {name} sidecar: {absent}")),
+            Some((None, by)) if guess => Some(format!("found the {name} sidecar ({by})")),
+            _ => None,
+        },
+        _ => None,
+    };
+    Verdict { keep, native, why, log }
+}
+
 /// Drops the presets whose sidecar is known not to be in this pod, and the
 /// quit of native ones; logs each decision once. With `auto` (`--sidecar
 /// auto`), the presets beyond Istio are guesses kept only where the pod's
-/// annotations show their injector's mark.
+/// annotations show their injector's mark, and their endpoints follow the
+/// ports the pod's annotations moved.
 pub fn plan(ready: &[Target], quit: &[Target], native: Native, annotations: &std::path::Path, auto: bool) -> Plan {
-    let facts = match pod::read(annotations) {
-        Ok(facts) => facts,
-        Err(why) => {
-            log!(
-                Warn,
-                "ignoring the pod annotations; using the configured sidecars",
-                file = &annotations.display().to_string(),
-                error = &why
-            );
-            None
-        }
-    };
-    let known = facts.is_some();
-    // No file: nothing is known to be absent or native.
-    let facts = facts.unwrap_or_default();
+    let read = pod::read(annotations);
+    if let Err(why) = &read {
+        log!(
+            Warn,
+            "ignoring the pod annotations; using the configured sidecars",
+            file = &annotations.display().to_string(),
+            error = why.as_str()
+        );
+    }
+    let facts = read.as_ref().map(Option::as_ref).map_err(String::as_str);
+    for warning in facts.ok().flatten().map_or(&[][..], |f| f.warnings.as_slice()) {
+        log!(Warn, format!("ignoring a pod annotation: {warning}"));
+    }
     let mut dropped: Vec<&str> = Vec::new();
-    for (name, mark) in pod::MARKERS {
-        if !ready.iter().chain(quit).any(|t| is(t, name)) {
+    let mut natives: Vec<&str> = Vec::new();
+    for mesh in crate::meshes::MARKED {
+        if !ready.iter().chain(quit).any(|t| is(t, mesh.name)) {
             continue;
         }
-        // Auto's presets beyond Istio are guesses: kept only where marked.
-        let guess = auto && name != "istio";
-        match facts.of(name).and_then(|s| s.absent.as_ref()) {
-            Some(why) if !guess => log!(Info, format!("skipping the {name} sidecar: {why}")),
-            None if known && guess => {
-                log!(Info, format!("found the {name} sidecar ({mark})"));
-                continue;
-            }
-            None if !guess => continue,
-            _ => {}
+        let verdict = verdict(mesh.name, facts, auto);
+        if let Some(line) = &verdict.log {
+            log!(Info, line.as_str());
         }
-        dropped.push(name);
+        if !verdict.keep {
+            dropped.push(mesh.name);
+        } else if verdict.native {
+            natives.push(mesh.name);
+        }
     }
     let kept = |t: &&Target| !t.preset.is_some_and(|p| dropped.contains(&p.name));
-    let ready: Vec<Target> = ready.iter().filter(kept).cloned().collect();
+    let mut ready: Vec<Target> = ready.iter().filter(kept).cloned().collect();
     let mut quit: Vec<Target> = quit.iter().filter(kept).cloned().collect();
-    if let (true, Some(port)) = (auto, facts.vault_port) {
-        for t in quit.iter_mut().filter(|t| is(t, "vault")) {
-            t.endpoint = preset::parse(&format!("vault=127.0.0.1:{port}"))
-                .ok()
-                .and_then(|s| s.quit)
-                .unwrap_or(t.endpoint.clone());
-        }
+    if let (true, Ok(Some(facts))) = (auto, facts) {
+        follow_moves(&mut ready, facts, true);
+        follow_moves(&mut quit, facts, false);
     }
-    drop_native_quits(&mut quit, native, &facts);
+    drop_native_quits(&mut quit, native, &natives);
     Plan {
         ready: distinct(ready).into_iter().map(|t| t.endpoint).collect(),
         quit: distinct(quit),
     }
 }
 
+/// The ports the pod's annotations moved (Linkerd's admin port, Istio's
+/// status port, Vault's listener), for the presets `auto` took as they are.
+fn follow_moves(targets: &mut [Target], facts: &pod::Facts, ready: bool) {
+    for target in targets {
+        let Some(preset) = target.preset else { continue };
+        let Some(seen) = facts.of(preset.name) else { continue };
+        let Some(port) = (if ready { seen.ready_port } else { seen.quit_port }) else {
+            continue;
+        };
+        let place = if ready {
+            format!("{}=127.0.0.1:{port}", preset.name)
+        } else {
+            format!("{}=127.0.0.1/127.0.0.1:{port}", preset.name)
+        };
+        let moved = preset::parse(&place)
+            .ok()
+            .and_then(|s| if ready { s.ready } else { s.quit });
+        if let Some(endpoint) = moved {
+            target.endpoint = endpoint;
+        }
+    }
+}
+
 /// Native sidecars are stopped by the kubelet: never quit them.
-fn drop_native_quits(quit: &mut Vec<Target>, native: Native, facts: &pod::Facts) {
+fn drop_native_quits(quit: &mut Vec<Target>, native: Native, natives: &[&str]) {
     if native == Native::Yes && !quit.is_empty() {
         log!(
             Info,
@@ -111,8 +175,8 @@ fn drop_native_quits(quit: &mut Vec<Target>, native: Native, facts: &pod::Facts)
     if native != Native::Auto {
         return;
     }
-    for (name, _) in pod::MARKERS {
-        if facts.of(name).is_some_and(|s| s.native) && quit.iter().any(|t| is(t, name)) {
+    for name in natives {
+        if quit.iter().any(|t| is(t, name)) {
             log!(
                 Info,
                 format!(

@@ -2,19 +2,24 @@
 //! the Downward API mounts (`/etc/podinfo/annotations` by default), and the
 //! labels file beside it when one is mounted.
 //!
-//! Two facts per mesh. Whether its injector put a sidecar in this pod: each
-//! injector marks every pod it injects ([`MARKERS`]: Istio's
-//! `sidecar.istio.io/status`, Linkerd's `linkerd.io/proxy-version`, Vault's
-//! `vault.hashicorp.com/agent-inject-status`, Dapr's `dapr.io/sidecar-injected`
-//! label), and some pods are marked yet have none (Istio's ambient mode,
-//! Vault's `agent-pre-populate-only`). And whether that sidecar is native:
-//! `istio-proxy` among the Istio status's `initContainers`, or Linkerd's and
-//! Dapr's per-pod native switch; the kubelet stops a native sidecar itself,
-//! so quitting it would only make the kubelet restart it.
+//! The facts themselves (each injector's mark, the values it reads as true,
+//! which native key wins, what moves a port) are the table in
+//! `crate::meshes`; this module reads the pod's files and asks the table.
+//! Per marked mesh ([`meshes::MARKED`]): whether its injector put a sidecar
+//! in this pod (its mark, unless a switch says the pod has none: Istio's
+//! ambient mode, Vault's `agent-pre-populate-only`; Dapr's mark is a label,
+//! and where no labels are mounted its opt-in stands in, by the loosest of
+//! its versions' readings); whether that sidecar is native (`istio-proxy`
+//! among the Istio status's `initContainers`; Linkerd's and Dapr's per-pod
+//! switch, native only when every version of the injector reads it so);
+//! and the ports the pod's annotations moved. The kubelet stops a native
+//! sidecar itself, so quitting it would only make the kubelet restart it.
 //!
 //! Without a readable file nothing is known, and meshwrap does what it was
 //! configured to do. A file it cannot parse gets one warning and is then
-//! treated the same way: a wrong guess here would skip a wait or a quit.
+//! treated the same way: a wrong guess here would skip a wait or a quit. A
+//! value that concerns one mesh only (a malformed Istio status) is a
+//! warning about that mesh, and the others are read as usual.
 //!
 //! The file is read before meshwrap reads any signal, so reading it must not
 //! block or grow without bound: only a regular file of at most [`MAX_FILE`]
@@ -24,6 +29,8 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+
+use crate::meshes::{self, Key, Mesh, Place};
 
 /// The default mount path of the annotations file.
 pub const DEFAULT_PATH: &str = "/etc/podinfo/annotations";
@@ -35,35 +42,32 @@ pub struct Seen {
     pub absent: Option<String>,
     /// It runs as a native sidecar (a restartable init container).
     pub native: bool,
+    /// The key that showed it in the pod: the injector's mark, or Dapr's
+    /// opt-in where no labels are mounted.
+    pub shown_by: &'static str,
+    /// The readiness port the pod's annotations moved it to.
+    pub ready_port: Option<u16>,
+    /// The quit port the pod's annotations moved it to.
+    pub quit_port: Option<u16>,
 }
 
-/// What the annotations say, preset by preset, in [`MARKERS`]' order.
+/// What the annotations say, mesh by mesh in [`meshes::MARKED`]'s order.
 #[derive(Debug, Default)]
 pub struct Facts {
     pub seen: [Seen; 4],
-    /// Vault agent's quit listener port, when the pod moved it.
-    pub vault_port: Option<u16>,
+    /// Values that could not be read, each about one mesh (warned once).
+    pub warnings: Vec<String>,
 }
 
 impl Facts {
     /// What is known of the preset `name`; nothing for a preset no injector marks.
     pub fn of(&self, name: &str) -> Option<&Seen> {
-        MARKERS
+        meshes::MARKED
             .iter()
-            .position(|(preset, _)| *preset == name)
+            .position(|m| m.name == name)
             .map(|i| &self.seen[i])
     }
 }
-
-/// The presets whose injector marks every pod it injects, and the mark.
-/// Dapr's is a label; its opt-in annotation stands in where labels are not
-/// mounted.
-pub const MARKERS: [(&str, &str); 4] = [
-    ("istio", "sidecar.istio.io/status"),
-    ("linkerd", "linkerd.io/proxy-version"),
-    ("vault", "vault.hashicorp.com/agent-inject-status"),
-    ("dapr", "dapr.io/sidecar-injected"),
-];
 
 /// The largest annotations file read. Kubernetes caps a pod's annotations at
 /// 256 KiB in all; Go's quoting can make the file up to four times that.
@@ -78,7 +82,7 @@ pub fn read(path: &Path) -> Result<Option<Facts>, String> {
     };
     // The labels, when mounted beside the annotations (Dapr marks a pod by label).
     let labels = read_map(&path.with_file_name("labels"))?;
-    facts(&annotations, labels.as_ref()).map(Some)
+    Ok(Some(facts(&annotations, labels.as_ref())))
 }
 
 /// One Downward API file, parsed; `None` when there is no such file.
@@ -183,56 +187,90 @@ fn unquote(quoted: &str) -> Result<String, String> {
 }
 
 /// Draws the facts from parsed annotations (and labels, when mounted).
-pub fn facts(
-    annotations: &BTreeMap<String, String>,
-    labels: Option<&BTreeMap<String, String>>,
-) -> Result<Facts, String> {
-    let get = |key: &str| annotations.get(key).map(String::as_str);
-    let yes = |key: &str| get(key).is_some_and(go_true);
-    let not_injected =
-        |mesh: &str, key: &str| Some(format!("{mesh} did not inject this pod (it has no {key} annotation)"));
-    let mut facts = Facts::default();
-    let [istio, linkerd, vault, dapr] = &mut facts.seen;
-    if get("ambient.istio.io/redirection") == Some("enabled") {
-        istio.absent = Some(
-            "the pod is in Istio's ambient mode (ambient.istio.io/redirection: enabled): it has no sidecar".into(),
-        );
-    } else if let Some(status) = get(MARKERS[0].1) {
-        let init = json::string_array(status, "initContainers")
-            .map_err(|why| format!("sidecar.istio.io/status is not the JSON Istio writes: {why}"))?;
-        istio.native = init.iter().any(|c| c == "istio-proxy");
-    } else if get("sidecar.istio.io/inject") == Some("false") {
-        istio.absent = Some("the pod opted out of injection (sidecar.istio.io/inject: \"false\")".into());
-    } else {
-        istio.absent = not_injected("Istio", MARKERS[0].1);
-    }
-    if get(MARKERS[1].1).is_none() {
-        linkerd.absent = not_injected("Linkerd", MARKERS[1].1);
-    }
-    linkerd.native = ["config.linkerd.io", "config.beta.linkerd.io", "config.alpha.linkerd.io"]
-        .iter()
-        .any(|prefix| yes(&format!("{prefix}/proxy-enable-native-sidecar")));
-    if get(MARKERS[2].1).is_none() {
-        vault.absent = not_injected("Vault", MARKERS[2].1);
-    } else if yes("vault.hashicorp.com/agent-pre-populate-only") {
-        vault.absent =
-            Some("vault.hashicorp.com/agent-pre-populate-only: the agent runs only as an init container".into());
-    }
-    facts.vault_port = get("vault.hashicorp.com/agent-cache-listener-port").and_then(|p| p.parse().ok());
-    dapr.absent = match labels {
-        Some(labels) if labels.get(MARKERS[3].1).is_some_and(|v| v == "true") => None,
-        Some(_) => Some("Dapr did not inject this pod (it has no dapr.io/sidecar-injected label)".into()),
-        None if get("dapr.io/enabled").is_some_and(|v| v.eq_ignore_ascii_case("true")) => None,
-        None => Some("the pod did not ask for Dapr (no dapr.io/enabled: \"true\")".into()),
+pub fn facts(annotations: &BTreeMap<String, String>, labels: Option<&BTreeMap<String, String>>) -> Facts {
+    let get = |key: Key| {
+        match key.place {
+            Place::Annotation => annotations.get(key.name),
+            Place::Label => labels.and_then(|l| l.get(key.name)),
+        }
+        .map(String::as_str)
     };
-    dapr.native = yes("dapr.io/enable-native-sidecar");
-    Ok(facts)
+    let mut facts = Facts::default();
+    for (mesh, seen) in meshes::MARKED.iter().zip(facts.seen.iter_mut()) {
+        seen.shown_by = mesh.mark.as_ref().map_or("", |m| m.key.name);
+        (seen.ready_port, seen.quit_port) = mesh.moved_ports(&get);
+        seen.native = mesh.native_everywhere(&get);
+        seen.absent = absent(mesh, &get, labels.is_some());
+        if seen.absent.is_none() && mesh.mark.as_ref().is_some_and(|m| get(m.key).is_none()) {
+            // Shown by its opt-in: Dapr without a labels file.
+            seen.shown_by = mesh.opt_in.first().and_then(|r| r.keys.first()).map_or("", |k| k.name);
+        }
+    }
+    // Istio's status is the truth of its sidecar: native where it lists
+    // istio-proxy among the init containers.
+    let istio = &mut facts.seen[0];
+    if let (None, Some(status)) = (&istio.absent, annotations.get(istio.shown_by)) {
+        match json::string_array(status, "initContainers") {
+            Ok(init) => istio.native = init.iter().any(|c| c == meshes::ISTIO.proxy),
+            Err(why) => {
+                istio.native = false;
+                facts.warnings.push(format!(
+                    "{} is not the JSON Istio writes: {why}; taking Istio's sidecar as a regular one",
+                    istio.shown_by
+                ));
+            }
+        }
+    }
+    facts
 }
 
-/// A boolean as Go's strconv.ParseBool reads it, true side (the injectors'
-/// parser).
-fn go_true(value: &str) -> bool {
-    matches!(value, "1" | "t" | "T" | "true" | "TRUE" | "True")
+/// Why the mesh's sidecar is known not to be in the pod, if it is.
+fn absent(mesh: &Mesh, get: meshes::Get, labels_mounted: bool) -> Option<String> {
+    let named = title(mesh.name);
+    if let Some((key, value)) = mesh.no_sidecar.iter().find_map(|rule| {
+        let key = rule.keys.iter().find(|k| get(**k).is_some())?;
+        (rule.read(get) == meshes::Read::On).then(|| (key.name, get(*key).unwrap_or("")))
+    }) {
+        return Some(format!("{key}: \"{value}\": {named} puts no sidecar in the pod"));
+    }
+    let mark = mesh.mark.as_ref()?;
+    let unseen_label = mark.key.place == Place::Label && !labels_mounted;
+    if mesh.marked(get) || (unseen_label && meshes::on_in_some(mesh.opt_in, get)) {
+        return None;
+    }
+    let opt_in = mesh
+        .opt_in
+        .first()
+        .and_then(|r| r.keys.iter().find(|k| get(**k).is_some()));
+    match opt_in.and_then(|k| get(*k).map(|v| (k.name, v))) {
+        Some((key, value)) if meshes::off_in_every(mesh.opt_in, get) => {
+            Some(format!("the pod opted out of injection ({key}: \"{value}\")"))
+        }
+        _ if unseen_label => Some(format!(
+            "the pod did not ask for {named} (no {} that any {named} version reads as true)",
+            mesh.opt_in.first().and_then(|r| r.keys.first()).map_or("", |k| k.name)
+        )),
+        _ => {
+            let place = if mark.key.place == Place::Label {
+                "label"
+            } else {
+                "annotation"
+            };
+            Some(format!(
+                "{named} did not inject this pod (it has no {} {place})",
+                mark.key.name
+            ))
+        }
+    }
+}
+
+/// `istio` as `Istio`.
+fn title(name: &str) -> String {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+        .unwrap_or_default()
 }
 
 /// Just enough JSON to read one array of strings from Istio's status.
@@ -399,7 +437,7 @@ sidecar.istio.io/status="{\"initContainers\":[\"istio-init\",\"istio-proxy\"],\"
     }
 
     fn read(annotations: &str) -> Facts {
-        facts(&parse(annotations).unwrap(), None).unwrap()
+        facts(&parse(annotations).unwrap(), None)
     }
 
     #[test]
@@ -409,16 +447,36 @@ sidecar.istio.io/status="{\"initContainers\":[\"istio-init\",\"istio-proxy\"],\"
         let classic = read(&NATIVE.replace(r#"\"istio-init\",\"istio-proxy\""#, r#"\"istio-init\""#));
         assert!(!classic.seen[0].native && classic.seen[0].absent.is_none());
         assert!(read("x=\"y\"").seen[0].absent.is_some());
+        let ambient = read("ambient.istio.io/redirection=\"enabled\"");
         assert!(
-            read("ambient.istio.io/redirection=\"enabled\"").seen[0]
+            ambient.seen[0]
                 .absent
                 .as_ref()
                 .unwrap()
-                .contains("ambient")
+                .contains("ambient.istio.io/redirection")
         );
         let linkerd = read("linkerd.io/proxy-version=\"edge-24.11.8\"");
         assert!(linkerd.of("linkerd").unwrap().absent.is_none());
-        assert!(facts(&parse("sidecar.istio.io/status=\"{not json\"").unwrap(), None).is_err());
+    }
+
+    #[test]
+    fn a_malformed_istio_status_is_a_warning_about_istio_alone() {
+        let facts = read("sidecar.istio.io/status=\"{not json\"\nlinkerd.io/proxy-version=\"edge-26.8.3\"");
+        assert_eq!(facts.warnings.len(), 1);
+        assert!(
+            facts.warnings[0].contains("is not the JSON Istio writes"),
+            "{:?}",
+            facts.warnings
+        );
+        let istio = facts.of("istio").unwrap();
+        assert!(
+            istio.absent.is_none() && !istio.native,
+            "in the pod, taken as a regular sidecar"
+        );
+        assert!(
+            facts.of("linkerd").unwrap().absent.is_none(),
+            "Linkerd is read as usual"
+        );
     }
 
     #[test]
@@ -428,47 +486,74 @@ sidecar.istio.io/status="{\"initContainers\":[\"istio-init\",\"istio-proxy\"],\"
             assert!(none.of(name).unwrap().absent.is_some(), "{name}");
         }
         assert!(none.of("cloudsql").is_none(), "no injector marks cloudsql");
-        let vault = read(
-            "vault.hashicorp.com/agent-inject-status=\"injected\"\nvault.hashicorp.com/agent-cache-listener-port=\"8300\"",
-        );
+        let vault = read("vault.hashicorp.com/agent-inject-status=\"injected\"");
         assert!(vault.of("vault").unwrap().absent.is_none());
-        assert_eq!(vault.vault_port, Some(8300));
         let prepopulate = read(
             "vault.hashicorp.com/agent-inject-status=\"injected\"\nvault.hashicorp.com/agent-pre-populate-only=\"true\"",
         );
-        assert!(
-            prepopulate
-                .of("vault")
-                .unwrap()
-                .absent
-                .as_ref()
-                .unwrap()
-                .contains("pre-populate-only")
-        );
-        // Dapr: by its label when labels are mounted, else by its opt-in.
-        assert!(read("dapr.io/enabled=\"True\"").of("dapr").unwrap().absent.is_none());
-        let requested = parse("dapr.io/enabled=\"true\"").unwrap();
-        let unlabelled = parse("app=\"x\"").unwrap();
-        let labelled = parse("dapr.io/sidecar-injected=\"true\"").unwrap();
-        assert!(facts(&requested, Some(&unlabelled)).unwrap().seen[3].absent.is_some());
-        assert!(facts(&requested, Some(&labelled)).unwrap().seen[3].absent.is_none());
+        let why = prepopulate.of("vault").unwrap().absent.clone().unwrap();
+        assert!(why.contains("pre-populate-only"), "{why}");
+        let opted_out = read("sidecar.istio.io/inject=\"false\"");
+        assert!(opted_out.seen[0].absent.as_ref().unwrap().contains("opted out"));
     }
 
     #[test]
-    fn per_pod_native_switches_mark_linkerd_and_dapr_native() {
-        for key in [
-            "config.linkerd.io/proxy-enable-native-sidecar",
-            "config.beta.linkerd.io/proxy-enable-native-sidecar",
-            "config.alpha.linkerd.io/proxy-enable-native-sidecar",
-        ] {
-            assert!(read(&format!("{key}=\"true\"")).seen[1].native, "{key}");
-            assert!(!read(&format!("{key}=\"false\"")).seen[1].native, "{key}");
-        }
-        assert!(read("dapr.io/enable-native-sidecar=\"1\"").seen[3].native);
-        assert!(
-            !read("dapr.io/enable-native-sidecar=\"yes\"").seen[3].native,
-            "ParseBool has no yes"
+    fn dapr_is_judged_by_its_label_where_labels_are_mounted_and_else_by_any_versions_opt_in() {
+        let requested = parse("dapr.io/enabled=\"true\"").unwrap();
+        let unlabelled = parse("app=\"x\"").unwrap();
+        let labelled = parse("dapr.io/sidecar-injected=\"true\"").unwrap();
+        let why = facts(&requested, Some(&unlabelled)).seen[3].absent.clone().unwrap();
+        assert!(why.contains("no dapr.io/sidecar-injected label"), "{why}");
+        let seen = &facts(&requested, Some(&labelled)).seen[3];
+        assert_eq!(
+            (seen.absent.as_deref(), seen.shown_by),
+            (None, "dapr.io/sidecar-injected")
         );
+        // No labels file: Dapr up to 1.17.2 injects on "1" and "yes" too.
+        for value in ["True", "1", "yes"] {
+            let seen = &read(&format!("dapr.io/enabled=\"{value}\"")).seen[3];
+            assert_eq!(
+                (seen.absent.as_deref(), seen.shown_by),
+                (None, "dapr.io/enabled"),
+                "{value}"
+            );
+        }
+        assert!(
+            read("dapr.io/enabled=\"false\"").seen[3]
+                .absent
+                .as_ref()
+                .unwrap()
+                .contains("opted out")
+        );
+    }
+
+    #[test]
+    fn linkerd_is_native_only_where_every_version_reads_its_keys_native() {
+        let all = "config.linkerd.io/proxy-enable-native-sidecar=\"true\"\n\
+                   config.beta.linkerd.io/proxy-enable-native-sidecar=\"true\"\n\
+                   config.alpha.linkerd.io/proxy-enable-native-sidecar=\"true\"";
+        assert!(read(all).seen[1].native);
+        assert!(read("config.alpha.linkerd.io/proxy-enable-native-sidecar=\"t\"").seen[1].native);
+        let stable_false = "config.linkerd.io/proxy-enable-native-sidecar=\"false\"\n\
+                            config.alpha.linkerd.io/proxy-enable-native-sidecar=\"true\"";
+        assert!(!read(stable_false).seen[1].native, "2.20 reads the stable key first");
+        assert!(
+            read("dapr.io/enable-native-sidecar=\"yes\"").seen[3].native,
+            "Dapr's IsTruthy"
+        );
+        assert!(!read("dapr.io/enable-native-sidecar=\"nope\"").seen[3].native);
+    }
+
+    #[test]
+    fn the_pods_annotations_move_linkerds_istios_and_vaults_ports() {
+        let moved = read(
+            "config.linkerd.io/admin-port=\"5191\"\nstatus.sidecar.istio.io/port=\"25020\"\n\
+             vault.hashicorp.com/agent-cache-listener-port=\"8300\"",
+        );
+        let ports = |name| moved.of(name).map(|s| (s.ready_port, s.quit_port)).unwrap();
+        assert_eq!(ports("linkerd"), (Some(5191), Some(5191)));
+        assert_eq!(ports("istio"), (None, Some(25020)));
+        assert_eq!(ports("vault"), (None, Some(8300)));
     }
 
     #[test]

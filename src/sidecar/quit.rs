@@ -1,15 +1,33 @@
 //! Quitting sidecars: POST each distinct quit URL once, all in parallel,
-//! under one total budget.
+//! under one total budget (`--quit-timeout`).
 //!
-//! "Once" is the contract: a quit that a sidecar may have acted on is never
-//! sent again. So a POST is retried only when the sidecar cannot have taken
-//! it: the connection was refused or could not be made, it was reset or
-//! closed before any answer, or the answer was 5xx. A POST that went out and
-//! gets no answer is waited for until the budget runs out, never resent
-//! (`--request-timeout` bounds only the connect). A 2xx ends that URL for
-//! good; other answers (4xx with its likely cause, 3xx, not HTTP) end it with
-//! an error. The first attempt goes out whatever the budget, so even
-//! `--quit-timeout 1ns` sends the quit.
+//! The contract: once a quit request has been written in full, the sidecar
+//! may have taken it, and it is never sent again, whatever follows: an
+//! answer of any status, a close or a reset before any answer, something
+//! that is not HTTP, or no answer in time. A POST is retried, with a short
+//! backoff, only when it provably never reached the sidecar
+//! ([`Failure::Unsent`]): the connection was refused or could not be made
+//! in time, or the request could not be written in full. Each attempt's
+//! connect is bounded by the smaller of `--request-timeout` and what is
+//! left of the budget, so a black-holed host cannot hold a quit past it;
+//! the first attempt's connect gets at least [`FIRST_CONNECT`], so even
+//! `--quit-timeout 1ns` sends the quit (a loopback connect takes
+//! microseconds).
+//!
+//! After the request went out in full:
+//! - 2xx: quit.
+//! - 3xx, 4xx (logged with its likely cause), 5xx, or not HTTP: an error.
+//! - closed or reset before any answer: the sidecar may be exiting on the
+//!   quit (the Cloud SQL proxy's preset says it does). Its port is watched
+//!   with bare connects (no request) until it refuses, so it exited, or
+//!   until the budget ends: then a warning, since it may have taken the quit.
+//! - no answer: waited for until the budget runs out, then a warning.
+//!
+//! The races this guards against: a sidecar that exits as it takes the quit
+//! closes the connection first and its listener a moment later, so one
+//! refused connect is awaited, not assumed; a sidecar that acted on a quit
+//! and then failed to answer it is not told twice (RFC 9110 9.2.2: a client
+//! does not retry a non-idempotent request on its own once it was sent).
 //!
 //! One exception to the retries: after a wait in which no sidecar answered
 //! anything (every poll refused), meshwrap is stopping because the sidecar
@@ -18,9 +36,8 @@
 //! only keep it), and a pod being deleted does not spend `--quit-timeout`
 //! retrying a port that has never listened.
 //!
-//! A port that refuses after the sidecar was reached (seen ready, or it took
-//! an earlier attempt and closed without answering) means the sidecar has
-//! exited: there is nothing left to quit, and nothing is retried.
+//! A port that refuses after the sidecar was seen ready means the sidecar
+//! has exited: there is nothing left to quit, and nothing is retried.
 
 use std::time::Duration;
 
@@ -32,6 +49,10 @@ use crate::log;
 
 const RETRY_FIRST: Duration = Duration::from_millis(20);
 const RETRY_MAX: Duration = Duration::from_millis(250);
+
+/// The least the first attempt's connect is given, whatever is left of the
+/// budget: the quit goes out at least once.
+const FIRST_CONNECT: Duration = Duration::from_millis(100);
 
 /// A quit URL, and the preset it came from (for that sidecar's quirks).
 #[derive(Clone)]
@@ -54,13 +75,14 @@ pub enum Outcome {
     /// It was seen ready before and its port now refuses: it is gone.
     AlreadyGone,
     /// It closed the connection without answering and exited (its preset
-    /// does so, or its port refused the next attempt).
+    /// does so, or its port refused once the quit went out).
     ClosedAsItExited,
-    /// It answered something a retry cannot change.
+    /// It answered something that is not 2xx.
     Rejected,
-    /// The quit went out and no answer came within the budget.
+    /// The quit went out and no answer came within the budget (or the
+    /// connection was closed unanswered and the sidecar still listens).
     Unanswered,
-    /// The budget ran out before any sidecar took the quit.
+    /// The budget ran out before a quit could be sent.
     GaveUp,
 }
 
@@ -92,6 +114,14 @@ fn deadline_after(budget: Duration) -> Instant {
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
+/// How long an attempt's connect may take: `--request-timeout`, cut to what
+/// is left of the budget (the first attempt's to no less than
+/// [`FIRST_CONNECT`]).
+fn connect_bound(request_timeout: Duration, remaining: Duration, attempt: u32) -> Duration {
+    let floor = if attempt == 1 { FIRST_CONNECT } else { Duration::ZERO };
+    request_timeout.min(remaining.max(floor))
+}
+
 async fn quit_one(
     target: &Target,
     budget: Duration,
@@ -103,7 +133,6 @@ async fn quit_one(
     let started = Instant::now();
     let mut attempt = Attempt {
         number: 0,
-        reached: false,
         seen_ready,
         budget,
     };
@@ -112,17 +141,22 @@ async fn quit_one(
     loop {
         attempt.number += 1;
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let result = client.request(Method::POST, request_timeout, remaining).await;
+        let connect = connect_bound(request_timeout, remaining, attempt.number);
+        let result = client.request(Method::POST, connect, remaining).await;
+        if dropped_unanswered(target, &result) {
+            return closed_unanswered(&target.endpoint, deadline, started).await;
+        }
         if let Some(outcome) = settled(target, &result, &attempt, started.elapsed().as_millis()) {
             return outcome;
         }
-        attempt.reached |= !matches!(result, Err(Failure::Refused | Failure::TimedOut | Failure::Io(_)));
+        // Only a quit that was not sent comes here.
+        let error = result.map_or_else(|f| f.to_string(), |s| format!("HTTP {s}"));
         if once {
             log!(
                 Warn,
                 "could not quit the sidecar, and not retrying: it answered nothing while meshwrap waited for it",
                 url = url,
-                error = &result.map_or_else(|f| f.to_string(), |s| format!("HTTP {s}"))
+                error = &error
             );
             return Outcome::GaveUp;
         }
@@ -130,13 +164,15 @@ async fn quit_one(
         if remaining.is_zero() {
             log!(
                 Error,
-                "could not quit the sidecar: it took no quit before --quit-timeout ran out",
+                "could not quit the sidecar: no quit could be sent before --quit-timeout ran out",
                 url = url,
+                error = &error,
                 attempts = attempt.number,
                 ms = started.elapsed().as_millis()
             );
             return Outcome::GaveUp;
         }
+        log!(Debug, "quit not sent, retrying", url = url, error = &error);
         tokio::time::sleep(backoff.min(remaining)).await;
         backoff = (backoff * 2).min(RETRY_MAX);
     }
@@ -146,15 +182,19 @@ async fn quit_one(
 struct Attempt {
     /// 1 for the first POST.
     number: u32,
-    /// An earlier attempt reached the sidecar (it accepted the connection).
-    reached: bool,
     /// The sidecar answered 2xx to a ready URL during the wait.
     seen_ready: bool,
     budget: Duration,
 }
 
+/// Whether the quit went out in full and its connection was closed, reset
+/// or broken before any answer, from a sidecar not known to exit so.
+fn dropped_unanswered(target: &Target, result: &Result<u16, Failure>) -> bool {
+    matches!(result, Err(Failure::Closed | Failure::Io(_))) && !target.preset.is_some_and(|p| p.exits_before_answering)
+}
+
 /// Whether this answer settles the quit (logged, with its outcome), or
-/// `None`: the sidecar cannot have taken it, so it may be sent again.
+/// `None`: the quit never reached the sidecar, so it may be sent again.
 fn settled(target: &Target, result: &Result<u16, Failure>, attempt: &Attempt, ms: u128) -> Option<Outcome> {
     let url = target.endpoint.url.as_str();
     let outcome = match result {
@@ -162,8 +202,9 @@ fn settled(target: &Target, result: &Result<u16, Failure>, attempt: &Attempt, ms
             log!(Info, "sidecar quit", url = url, status = *status, ms = ms);
             Outcome::Quit(*status)
         }
+        Ok(status) => return Some(rejected(target, *status, ms)),
         // A sidecar that exits as it takes the quit may never answer it.
-        Err(Failure::Closed) if target.preset.is_some_and(|p| p.exits_before_answering) => {
+        Err(Failure::Closed | Failure::Io(_)) => {
             log!(
                 Info,
                 "sidecar quit (it closed the connection as it exited)",
@@ -172,16 +213,7 @@ fn settled(target: &Target, result: &Result<u16, Failure>, attempt: &Attempt, ms
             );
             Outcome::ClosedAsItExited
         }
-        Err(Failure::Refused) if attempt.reached => {
-            log!(
-                Info,
-                "sidecar quit (it closed the connection without answering, and its port now refuses: it exited)",
-                url = url,
-                ms = ms
-            );
-            Outcome::ClosedAsItExited
-        }
-        Err(Failure::Refused) if attempt.seen_ready => {
+        Err(Failure::Unsent(why)) if matches!(**why, Failure::Refused) && attempt.seen_ready => {
             log!(
                 Info,
                 "sidecar already gone (its quit port refuses connections)",
@@ -190,31 +222,17 @@ fn settled(target: &Target, result: &Result<u16, Failure>, attempt: &Attempt, ms
             );
             Outcome::AlreadyGone
         }
+        Err(Failure::Unsent(_)) => return None,
         Err(Failure::Unanswered) => return Some(unanswered(url, attempt, ms)),
-        Ok(status) if *status < 500 => return Some(rejected(target, *status, ms)),
-        Err(Failure::Garbage(what)) => {
+        Err(failure) => {
             log!(
                 Error,
-                "could not quit the sidecar: it answered something that is not HTTP; not retrying",
+                "could not quit the sidecar: it answered something that is not HTTP; not sending the quit again",
                 url = url,
-                error = what,
+                error = &failure.to_string(),
                 ms = ms
             );
             Outcome::Rejected
-        }
-        // Not taken: 5xx, refused, reset or closed before an answer, no connection.
-        Ok(status) => {
-            log!(Debug, "quit not accepted yet, retrying", url = url, status = *status);
-            return None;
-        }
-        Err(failure) => {
-            log!(
-                Debug,
-                "quit not taken, retrying",
-                url = url,
-                error = &failure.to_string()
-            );
-            return None;
         }
     };
     Some(outcome)
@@ -222,38 +240,50 @@ fn settled(target: &Target, result: &Result<u16, Failure>, attempt: &Attempt, ms
 
 /// A quit that went out and got no answer in the budget: never resent.
 fn unanswered(url: &str, attempt: &Attempt, ms: u128) -> Outcome {
-    if attempt.number == 1 {
-        log!(
-            Warn,
-            format!(
-                "quit sent, no answer within {} (--quit-timeout); not sending it again",
-                crate::duration::format(attempt.budget)
-            ),
-            url = url,
-            ms = ms
-        );
-        return Outcome::Unanswered;
-    }
-    // A retry that the budget cut off while it waited: the earlier tries
-    // were not taken, so the quit most likely failed.
     log!(
-        Error,
-        "could not quit the sidecar: it took no quit before --quit-timeout ran out (the last try got no answer in time)",
+        Warn,
+        format!(
+            "quit sent, no answer within {} (--quit-timeout); not sending it again",
+            crate::duration::format(attempt.budget)
+        ),
         url = url,
         attempts = attempt.number,
         ms = ms
     );
-    Outcome::GaveUp
+    Outcome::Unanswered
 }
 
-/// A 3xx or 4xx answer: a retry cannot change it; the error says why.
+/// A quit that went out and whose connection was closed or reset before
+/// any answer: never resent. The sidecar may be exiting on it, so its port
+/// is watched until it refuses or the budget ends.
+async fn closed_unanswered(endpoint: &Endpoint, deadline: Instant, started: Instant) -> Outcome {
+    let url = endpoint.url.as_str();
+    if gone_by(endpoint, deadline).await {
+        log!(
+            Info,
+            "sidecar quit (it closed the connection without answering, and its port now refuses: it exited)",
+            url = url,
+            ms = started.elapsed().as_millis()
+        );
+        return Outcome::ClosedAsItExited;
+    }
+    log!(
+        Warn,
+        "quit sent; the sidecar closed the connection without answering and still listens at --quit-timeout: it may have taken the quit, which is not sent again",
+        url = url,
+        ms = started.elapsed().as_millis()
+    );
+    Outcome::Unanswered
+}
+
+/// A 3xx, 4xx or 5xx answer: the quit is not sent again; the error says why.
 fn rejected(target: &Target, status: u16, ms: u128) -> Outcome {
     let url = target.endpoint.url.as_str();
     let cause = if (400..500).contains(&status) {
         let hint = target.preset.and_then(|p| p.not_found_hint).filter(|_| status == 404);
         hint.map_or_else(|| rejection_cause(status), |hint| format!("404 Not Found: {hint}"))
     } else {
-        format!("it answered HTTP {status}; not retrying")
+        format!("it answered HTTP {status}; not sending the quit again (the sidecar may have taken it)")
     };
     log!(
         Error,
@@ -265,31 +295,40 @@ fn rejected(target: &Target, status: u16, ms: u128) -> Outcome {
     Outcome::Rejected
 }
 
+/// Polls with bare connects until the sidecar's port refuses them (true:
+/// it has exited), or `deadline` passes (false; a loopback port is probed
+/// once more then, without the reactor).
+async fn gone_by(endpoint: &Endpoint, deadline: Instant) -> bool {
+    let mut client = http::Client::new(endpoint);
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return endpoint.refuses();
+        }
+        if matches!(client.connect_within(remaining).await, Err(Failure::Refused)) {
+            return true;
+        }
+        tokio::time::sleep(RETRY_FIRST.min(remaining)).await;
+    }
+}
+
 /// Polls until the sidecar's port refuses connections (it has exited), or
 /// the budget ends: then warns that it accepted the quit but kept running.
 async fn verify_gone(endpoint: &Endpoint, deadline: Instant) {
     let started = Instant::now();
-    let mut client = http::Client::new(endpoint);
-    loop {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if matches!(client.connect_within(remaining).await, Err(Failure::Refused)) {
-            log!(
-                Info,
-                "sidecar exited after the quit",
-                url = &endpoint.url,
-                ms = started.elapsed().as_millis()
-            );
-            return;
-        }
-        if remaining.is_zero() {
-            log!(
-                Warn,
-                "the sidecar accepted the quit but is still running when --quit-timeout ran out",
-                url = &endpoint.url
-            );
-            return;
-        }
-        tokio::time::sleep(RETRY_FIRST.min(remaining)).await;
+    if gone_by(endpoint, deadline).await {
+        log!(
+            Info,
+            "sidecar exited after the quit",
+            url = &endpoint.url,
+            ms = started.elapsed().as_millis()
+        );
+    } else {
+        log!(
+            Warn,
+            "the sidecar accepted the quit but is still running when --quit-timeout ran out",
+            url = &endpoint.url
+        );
     }
 }
 
@@ -300,5 +339,21 @@ fn rejection_cause(status: u16) -> String {
         404 => "404 Not Found: the quit endpoint is not enabled or the URL is wrong (Linkerd's shutdown endpoint, for one, is off by default)".into(),
         405 => "405 Method Not Allowed: this URL does not take POST; check the quit URL".into(),
         other => format!("HTTP {other}: the sidecar rejected the request; not retrying"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connect_gets_the_smaller_of_the_request_timeout_and_what_is_left_the_first_at_least_its_floor() {
+        let ms = Duration::from_millis;
+        assert_eq!(connect_bound(ms(10_000), ms(300), 1), ms(300));
+        assert_eq!(connect_bound(ms(10_000), ms(300), 2), ms(300));
+        assert_eq!(connect_bound(ms(200), ms(5_000), 3), ms(200));
+        assert_eq!(connect_bound(ms(1_000), Duration::ZERO, 1), FIRST_CONNECT);
+        assert_eq!(connect_bound(ms(50), Duration::ZERO, 1), ms(50));
+        assert_eq!(connect_bound(ms(1_000), Duration::ZERO, 2), Duration::ZERO);
     }
 }

@@ -27,6 +27,9 @@ pub enum Reply {
     Garbage,
     /// Closes the connection without answering.
     Close,
+    /// Resets the connection (RST) without answering, once it has read the
+    /// whole request.
+    Reset,
     /// Closes the connection without answering and stops listening: a
     /// sidecar that exits as it takes a quit.
     ExitWithoutAnswer,
@@ -69,6 +72,8 @@ struct State {
     exit_on_quit: bool,
     connections: Connections,
     accepted: usize,
+    /// Connections served to their end.
+    finished: usize,
     requests: Vec<Request>,
 }
 
@@ -177,6 +182,25 @@ impl FakeSidecar {
         let shared = self.shared.clone();
         let port = self.port;
         *self.listener.lock().unwrap() = Some(thread::spawn(move || serve(listener, shared, port)));
+    }
+
+    /// Waits (up to 10 s) until every connection made to it so far has been
+    /// served to its end, so that all a client which has exited sent is
+    /// recorded. A connect of its own is accepted after every earlier one
+    /// (the accept queue is first in, first out).
+    pub fn settle(&self) {
+        let before = self.shared.state.lock().unwrap().accepted;
+        let sentinel =
+            !self.shared.closed.load(Ordering::SeqCst) && TcpStream::connect(("127.0.0.1", self.port)).is_ok();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut state = self.shared.state.lock().unwrap();
+        while (sentinel && state.accepted <= before && !self.shared.closed.load(Ordering::SeqCst))
+            || state.finished < state.accepted
+        {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "the fake sidecar did not settle in 10 s");
+            state = self.shared.changed.wait_timeout(state, left).unwrap().0;
+        }
     }
 
     /// Stops listening: from now on connections are refused.
@@ -300,7 +324,11 @@ fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>, port: u16, id: u
     if shared.state.lock().unwrap().connections == Connections::DropIdle {
         thread::sleep(Duration::from_millis(1));
     }
-    let _ = stream.shutdown(Shutdown::Both);
+    if !resetting(&stream) {
+        let _ = stream.shutdown(Shutdown::Both);
+    }
+    shared.state.lock().unwrap().finished += 1;
+    shared.changed.notify_all();
 }
 
 /// Answers one request; true when the connection stays open for another.
@@ -361,6 +389,10 @@ fn answer(stream: &mut TcpStream, shared: &Shared, port: u16, id: usize) -> bool
             false
         }
         Reply::Close | Reply::ExitWithoutAnswer => false,
+        Reply::Reset => {
+            reset(stream);
+            false
+        }
         Reply::Late(ms, code) => {
             thread::sleep(Duration::from_millis(ms));
             http::respond_with(stream, &format!("{code} X"), b"OK", close);
@@ -382,4 +414,47 @@ fn answer(stream: &mut TcpStream, shared: &Shared, port: u16, id: usize) -> bool
         let _ = TcpStream::connect(("127.0.0.1", port));
     }
     answered && !close && connections == Connections::KeepAlive
+}
+
+/// Whether [`reset`] was called on `stream` (a shutdown would send FIN first).
+fn resetting(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut linger = libc::linger {
+        l_onoff: 0,
+        l_linger: 0,
+    };
+    let mut size = size_of_val(&linger) as libc::socklen_t;
+    // SAFETY: a plain getsockopt on a descriptor `stream` owns, into a live
+    // struct of `size` bytes.
+    let ok = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw mut linger).cast(),
+            &mut size,
+        )
+    } == 0;
+    ok && linger.l_onoff != 0 && linger.l_linger == 0
+}
+
+/// Makes the connection's close a reset: SO_LINGER on, with no time to
+/// linger, so the kernel sends RST instead of FIN.
+fn reset(stream: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a plain setsockopt on a descriptor `stream` owns, with a
+    // pointer to a live struct and its size.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw const linger).cast(),
+            size_of_val(&linger) as libc::socklen_t,
+        );
+    }
 }

@@ -55,7 +55,21 @@ pub struct Decision {
     pub pod: String,
     /// Its controller, as `Kind/name`.
     pub owner: Option<String>,
+    /// Its controller's reference in full: what its events are about.
+    pub controller: Option<Controller>,
     pub patched: bool,
+    /// A reinvocation that found the pod skipped for the same reason as
+    /// before: decided already, so nothing new to tell.
+    pub repeat: bool,
+}
+
+/// The pod's controller, as its ownerReference names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Controller {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
 }
 
 /// The answer: the AdmissionReview to send back and what it decided.
@@ -135,7 +149,9 @@ fn described(request: &Value, object: &Value, uid: &str) -> Decision {
         namespace,
         pod,
         owner: controller(object).map(|(kind, _, name)| format!("{kind}/{name}")),
+        controller: controller_reference(object),
         patched: false,
+        repeat: false,
     }
 }
 
@@ -221,6 +237,23 @@ fn controller(pod: &Value) -> Option<(&str, &str, &str)> {
         })
 }
 
+/// The pod's controller's ownerReference, where it names a kind and a name.
+fn controller_reference(pod: &Value) -> Option<Controller> {
+    let reference = pod
+        .pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("controller") == Some(&Value::Bool(true)))?;
+    let field = |name: &str| text(reference, name).to_string();
+    let found = Controller {
+        api_version: field("/apiVersion"),
+        kind: field("/kind"),
+        name: field("/name"),
+        uid: field("/uid"),
+    };
+    (!found.api_version.is_empty() && !found.kind.is_empty() && !found.name.is_empty()).then_some(found)
+}
+
 /// Where the pod's parts are, and what its creator implies: the container a
 /// Kubeflow operator names, or an Argo step (Argo stops the sidecars itself).
 fn place(pod: &Value) -> Place {
@@ -232,7 +265,7 @@ fn place(pod: &Value) -> Place {
             .is_some();
     let default_container = match controller(pod) {
         _ if argo => Some("main"),
-        Some((kind, "kubeflow.org", _)) => workloads::kubeflow(kind).map(|(_, container, _)| container),
+        Some((kind, "kubeflow.org", _)) => workloads::kubeflow(kind).map(|(_, container)| container),
         _ => None,
     };
     Place {
@@ -277,7 +310,8 @@ fn decide(pod: &Value, settings: &Settings, decision: &mut Decision) -> Vec<Valu
     } else {
         pod
     };
-    match transform::plan(pod, &place(pod), &settings.options) {
+    let place = place(pod);
+    match transform::plan(pod, &place, &settings.options) {
         Outcome::Injected {
             container,
             policy,
@@ -287,8 +321,14 @@ fn decide(pod: &Value, settings: &Settings, decision: &mut Decision) -> Vec<Valu
         } => {
             decision.outcome = "injected";
             decision.code = "injected";
+            let meshes = transform::meshes_at(pod, &place, &settings.options);
             decision.reason = format!(
-                "container {container}, quit policy {policy}{}",
+                "container {container}, {}, quit policy {policy}{}",
+                match meshes.as_slice() {
+                    [] => "no mesh seen in the pod".to_string(),
+                    [one] => format!("mesh {one}"),
+                    more => format!("meshes {}", more.join(", ")),
+                },
                 if guard { ", with the guard" } else { "" }
             );
             decision.reason = transform::with_notes(std::mem::take(&mut decision.reason), &notes);
@@ -312,6 +352,7 @@ fn decide(pod: &Value, settings: &Settings, decision: &mut Decision) -> Vec<Valu
             decision.code = skip.code;
             if previous.as_deref() == Some(skip.why.as_str()) {
                 decision.reason = skip.why;
+                decision.repeat = true;
                 return Vec::new();
             }
             let status = skipped_status(&skip.why);

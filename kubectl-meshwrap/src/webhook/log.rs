@@ -33,6 +33,13 @@ fn rfc3339(since_epoch: std::time::Duration) -> String {
     )
 }
 
+/// `since_epoch` as Kubernetes writes a MicroTime:
+/// `YYYY-MM-DDTHH:MM:SS.uuuuuuZ`.
+pub fn micro_time(since_epoch: std::time::Duration) -> String {
+    let seconds = rfc3339(since_epoch);
+    format!("{}.{:06}Z", &seconds[..19], since_epoch.subsec_micros())
+}
+
 fn line(level: &str, msg: &str, fields: &[(&str, Value)]) {
     let mut object = Map::new();
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
@@ -61,7 +68,7 @@ pub fn error(msg: &str, fields: &[(&str, Value)]) {
 
 #[cfg(test)]
 mod tests {
-    use super::rfc3339;
+    use super::{micro_time, rfc3339};
     use std::time::Duration;
 
     #[test]
@@ -72,5 +79,9 @@ mod tests {
             "2000-02-29T00:00:00.123Z"
         );
         assert_eq!(rfc3339(Duration::from_secs(1_795_478_399)), "2026-11-23T23:59:59.000Z");
+        assert_eq!(
+            micro_time(Duration::from_micros(951_782_400_123_456)),
+            "2000-02-29T00:00:00.123456Z"
+        );
     }
 }

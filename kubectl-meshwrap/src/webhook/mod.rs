@@ -9,8 +9,12 @@
 //!   deadline.
 //! - [`tls`]: the serving certificate, reloaded when its files change.
 //! - [`metrics`] and [`log`]: what an operator reads.
+//! - [`events`]: Kubernetes Events on each wrapped or skipped pod's owner,
+//!   through [`apiserver`], a small client of the API server.
 
 pub mod admission;
+pub mod apiserver;
+pub mod events;
 pub mod fair;
 pub mod limits;
 pub mod log;

@@ -54,6 +54,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_rustls::TlsAcceptor;
 
 use super::admission::{self, MAX_BODY, Settings};
+use super::events::{self, Events};
 use super::fair::{Caps, Fair, Ticket};
 use super::limits::{BODY_BUDGET, BodyBudget, Deadline, Expired, Held, SMALL_BODY, SMALL_LANE, Timed};
 use super::log;
@@ -77,6 +78,7 @@ pub struct Config {
     pub shutdown_delay: Duration,
     pub drain_timeout: Duration,
     pub settings: Settings,
+    pub events: events::Config,
 }
 
 struct State {
@@ -87,6 +89,8 @@ struct State {
     idle_timeout: Duration,
     fair: Arc<Fair>,
     bodies: Arc<BodyBudget>,
+    /// Offered each decision after its answer is built; never waited for.
+    events: Events,
 }
 
 /// hyper's read and write buffers, each: a webhook's request headers are
@@ -161,6 +165,7 @@ async fn serve(config: Config) -> i32 {
             source_share: config.max_source_share,
         }),
         bodies: BodyBudget::new(BODY_BUDGET, SMALL_LANE, SMALL_BODY),
+        events: Events::start(&config.events),
     });
     let graceful = GracefulShutdown::new();
     let mut stop_at: Option<tokio::time::Instant> = None;
@@ -184,6 +189,7 @@ async fn serve(config: Config) -> i32 {
     }
     drop(listener);
     drain(graceful, config.drain_timeout).await;
+    state.events.finish().await;
     0
 }
 
@@ -380,11 +386,11 @@ async fn handle(req: Request<Incoming>, state: &State, ticket: &Ticket) -> Resul
             plain(StatusCode::SERVICE_UNAVAILABLE, "draining")
         }
         (&Method::GET, "/readyz") => plain(StatusCode::OK, "ok"),
-        (&Method::GET, "/metrics") => answer(
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            state.metrics.render(state.fair.counts(), state.bodies.in_flight()),
-        ),
+        (&Method::GET, "/metrics") => {
+            let mut text = state.metrics.render(state.fair.counts(), state.bodies.in_flight());
+            state.events.render(&mut text);
+            answer(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", text)
+        }
         (&Method::POST, "/mutate") => mutate(req, state, started, ticket).await,
         (_, "/mutate") => plain(StatusCode::METHOD_NOT_ALLOWED, "POST an AdmissionReview to /mutate"),
         _ => plain(
@@ -471,6 +477,7 @@ fn decide(
                 .metrics
                 .record(reviewed.decision.outcome, reviewed.decision.code, took);
             log_decision(&reviewed.decision, took);
+            state.events.record(&reviewed.decision);
             match serde_json::to_vec(&reviewed.review) {
                 Ok(body) => answer(StatusCode::OK, "application/json", body),
                 Err(e) => refuse(
@@ -619,6 +626,7 @@ mod tests {
                 source_share: 100,
             }),
             bodies: BodyBudget::new(budget, 0, 0),
+            events: Events::off(),
         }
     }
 

@@ -13,6 +13,16 @@
 //!   on a line of its own when the items are one per line (JSON stays JSON);
 //! - a key that holds null: its value is replaced by a flow value.
 //!
+//! Several additions may meet at one offset: a block collection ends where
+//! its last item (and that item's own last collection) ends, and the place
+//! before a block item at column 0 is where the item before it ends. They
+//! are ordered by the depth of the collection that receives them, deepest
+//! first, so the plan's order does not matter (the Cloud SQL proxy's new
+//! `args` key, then the guard container appended after the proxy). Keys
+//! for one empty flow mapping (`annotations: {}`) become one edit, their
+//! entries separated. A refusal is one line: the line, what could not be
+//! inserted, and why.
+//!
 //! New content is block YAML at the surrounding indentation (small maps and
 //! lists of scalars in flow style), its strings plain only when no YAML
 //! reader could take them for anything but a string. The caller re-parses
@@ -64,26 +74,156 @@ impl<'a> Editor<'a> {
     }
 
     /// The text edits that carry out `ops` (already folded), in the order
-    /// of the text.
+    /// of the text, whatever the order of `ops`. Where several land at one
+    /// offset, what goes into the deeper collection comes first ([`depth`]);
+    /// keys for one empty flow mapping become one edit, its entries
+    /// separated. Refused: one line naming the line, what could not be
+    /// inserted, and why.
     pub fn edits(&self, ops: &[Op]) -> Result<Vec<Edit>, String> {
         let (text, root, nl, flow) = (self.text, self.root, self.nl, self.flow);
-        let mut out = Vec::new();
+        let mut out: Vec<(Edit, usize)> = Vec::new();
+        // An empty flow mapping's opening brace -> its edit in `out`.
+        let mut empty_maps: Vec<(usize, usize)> = Vec::new();
         for op in ops {
-            let (edit, depth) = match op {
-                Op::Insert { path, index, values } => (
-                    insert(text, nl, flow, find(root, path)?, *index, values)?,
-                    path.len() + 1,
-                ),
-                Op::Add { path, key, value } => (add(text, nl, flow, find(root, path)?, key, value)?, path.len()),
-            };
-            out.push((edit, depth));
+            let target = find(root, path_of(op)).map_err(|why| self.refusal(op, None, &why))?;
+            let edit = match op {
+                Op::Insert { index, values, .. } => insert(text, nl, flow, target, *index, values),
+                Op::Add { key, value, .. } => add(text, nl, flow, target, key, value),
+            }
+            .map_err(|why| self.refusal(op, Some(target), &why))?;
+            if into_empty_flow_map(target, op) {
+                if let Some(&(_, i)) = empty_maps.iter().find(|(open, _)| *open == target.start) {
+                    out[i].0.insert.push_str(", ");
+                    out[i].0.insert.push_str(&edit.insert);
+                    continue;
+                }
+                empty_maps.push((target.start, out.len()));
+            }
+            out.push((edit, depth(op)));
         }
-        // At one place, what goes into an inner collection (items appended to a
-        // mapping's last list) comes before what goes after it in the outer one
-        // (a key added to that mapping); otherwise the plan's order is kept.
         out.sort_by_key(|(e, depth)| (e.at, std::cmp::Reverse(*depth)));
         Ok(out.into_iter().map(|(e, _)| e).collect())
     }
+
+    /// The line that says what `op` could not insert, where, and why.
+    fn refusal(&self, op: &Op, target: Option<&Node>, why: &str) -> String {
+        // The target, else the deepest node on its way that exists.
+        let near = target.unwrap_or_else(|| {
+            let path = path_of(op);
+            (0..path.len())
+                .rev()
+                .find_map(|n| self.root.at(&path[..n]))
+                .unwrap_or(self.root)
+        });
+        format!(
+            "line {}: could not insert {} into {}: {why}",
+            line_of(self.text, near.start),
+            what(op),
+            crate::patch::pointer(path_of(op))
+        )
+    }
+}
+
+/// How deep the collection that receives `op`'s content lies. At one
+/// offset only nested collections meet (a block collection ends where its
+/// last item, and that item's own last collection, end; flow collections
+/// end at their own brackets), so the deeper one is the inner one, and its
+/// content goes first: the proxy's new `args` key before the container
+/// appended after it, a list's items before a key added to the mapping
+/// that holds it.
+fn depth(op: &Op) -> usize {
+    path_of(op).len()
+}
+
+fn path_of(op: &Op) -> &[crate::patch::Seg] {
+    match op {
+        Op::Insert { path, .. } | Op::Add { path, .. } => path,
+    }
+}
+
+/// Whether `op` puts a key into the empty flow mapping `target` (`{}`).
+fn into_empty_flow_map(target: &Node, op: &Op) -> bool {
+    matches!((&target.kind, op), (Kind::Map(entries), Op::Add { key, .. })
+        if target.flow && entries.is_empty() && target.get(key).is_none())
+}
+
+/// What `op` adds, for a refusal: the key, or the items (by name when
+/// they have one).
+pub fn what(op: &Op) -> String {
+    match op {
+        Op::Add { key, .. } => format!("the key {key:?}"),
+        Op::Insert { values, .. } => {
+            let one = |v: &Value| match v.get("name").and_then(Value::as_str) {
+                Some(name) => format!("{name:?}"),
+                None => {
+                    let s = json(v);
+                    match s.char_indices().nth(37) {
+                        Some((cut, _)) => format!("{}...", &s[..cut]),
+                        None => s,
+                    }
+                }
+            };
+            let items: Vec<String> = values.iter().take(3).map(one).collect();
+            let more = if values.len() > 3 { ", ..." } else { "" };
+            let noun = if values.len() == 1 { "item" } else { "items" };
+            format!("{} {noun} ({}{more})", values.len(), items.join(", "))
+        }
+    }
+}
+
+/// Of `edits` (sorted, at positions in the text they were applied to), the
+/// first whose inserted text, in the edited text, meets `span` (also
+/// there): else the last inserted before it, else the first.
+pub fn culprit(edits: &[Edit], span: std::ops::Range<usize>) -> Option<&Edit> {
+    let mut shift: isize = 0;
+    let mut before = None;
+    for e in edits {
+        let start = (e.at as isize + shift) as usize;
+        let end = start + e.insert.len();
+        if start <= span.end && end >= span.start {
+            return Some(e);
+        }
+        if start <= span.start {
+            before = Some(e);
+        }
+        shift += e.insert.len() as isize - e.remove as isize;
+    }
+    before.or(edits.first())
+}
+
+/// The bytes of 1-based line `line` of `text`.
+pub fn line_span(text: &str, line: usize) -> std::ops::Range<usize> {
+    let mut start = 0;
+    for _ in 1..line {
+        match text[start..].find('\n') {
+            Some(i) => start += i + 1,
+            None => break,
+        }
+    }
+    start..next_line(text, start)
+}
+
+/// An edit's first line of content, for a refusal: what it inserts.
+pub fn snippet(e: &Edit) -> String {
+    let line = e
+        .insert
+        .lines()
+        .map(|l| l.trim().trim_start_matches(',').trim())
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    match line.char_indices().nth(60) {
+        Some((cut, _)) => format!("{}...", &line[..cut]),
+        None => line.to_string(),
+    }
+}
+
+/// 1-based line of byte `at`.
+pub fn line_of(text: &str, at: usize) -> usize {
+    text.as_bytes()[..at.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }
 
 /// `text` with `edits` (sorted by position) applied.
@@ -713,6 +853,192 @@ mod tests {
             }],
         );
         assert_eq!(out, "m:\n  s: |+\n    a\n\n\n  t: 1\n# after\nn: 1\n");
+    }
+
+    /// `doc` with `ops` (folded: indices count its own items) applied as
+    /// JSON: the deepest first, and in a sequence the last index first, so
+    /// no op moves what another points at.
+    fn planned(doc: &Value, ops: &[Op]) -> Value {
+        let mut ops = ops.to_vec();
+        ops.sort_by_key(|op| {
+            let index = match op {
+                Op::Insert { index, .. } => *index,
+                Op::Add { .. } => 0,
+            };
+            std::cmp::Reverse((path_of(op).len(), index))
+        });
+        let mut doc = doc.clone();
+        for op in &ops {
+            assert!(crate::patch::apply(&mut doc, op), "{op:?}");
+        }
+        doc
+    }
+
+    /// `ops` in `orderings` shuffled orders (and as given): each time the
+    /// edited text reads as the plan.
+    fn in_any_order(text: &str, ops: &[Op], orderings: usize) {
+        let (docs, err) = parse(text);
+        assert!(err.is_none());
+        let want = planned(&docs[0].root.to_json(), ops);
+        let mut ops = ops.to_vec();
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..orderings {
+            let edits = edits(text, &docs[0].root, &ops).unwrap_or_else(|e| panic!("{e}\n{ops:?}"));
+            let out = apply(text, &edits);
+            let (again, err) = parse(&out);
+            assert!(err.is_none(), "{out}\n{ops:?}");
+            assert_eq!(again[0].root.to_json(), want, "{out}\n{ops:?}");
+            // Fisher-Yates with xorshift: the next order.
+            for i in (1..ops.len()).rev() {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                ops.swap(i, (seed % (i as u64 + 1)) as usize);
+            }
+        }
+    }
+
+    fn ins(path: &[Seg], index: usize, values: Vec<Value>) -> Op {
+        Op::Insert {
+            path: path.to_vec(),
+            index,
+            values,
+        }
+    }
+
+    fn add_key(path: &[Seg], k: &str, value: Value) -> Op {
+        Op::Add {
+            path: path.to_vec(),
+            key: k.into(),
+            value,
+        }
+    }
+
+    #[test]
+    fn insertions_at_one_offset_read_as_planned_in_any_order() {
+        use Seg::Index;
+        let c = || key("c");
+        // Items at the mapping's column: the end of item 0, its `args`, and
+        // the place before item 1 are one offset; so are the end of item 1,
+        // its `ports`, the end of `c` and the mapping `m` after it.
+        let compact = "c:\n- name: a\n  args:\n  - x\n- name: b\n  ports:\n  - p\nm: {}\ns: []\n";
+        let indented =
+            "spec:\n  c:\n    - name: a\n      args:\n        - x\n    - name: b\n      ports:\n        - p\n  m: {}\n";
+        let ops = |pre: &[Seg]| {
+            let at = |rest: &[Seg]| crate::patch::under(pre, rest);
+            vec![
+                add_key(&at(&[c(), Index(0)]), "env", json!([{"name": "E", "value": "1"}])),
+                ins(&at(&[c(), Index(0), key("args")]), 1, vec![json!("y")]),
+                ins(&at(&[c()]), 1, vec![json!({"name": "z", "args": ["--"]})]),
+                add_key(&at(&[c(), Index(1)]), "args", json!(["--health-check"])),
+                ins(&at(&[c(), Index(1), key("ports")]), 1, vec![json!("r")]),
+                ins(&at(&[c()]), 2, vec![json!({"name": "g"}), json!("h")]),
+                add_key(&at(&[key("m")]), "k1", json!(1)),
+                add_key(&at(&[key("m")]), "k/2", json!("v w")),
+                add_key(&at(&[key("m")]), "k3", json!({"a": [1]})),
+                add_key(pre, "t", json!({"u": 1})),
+            ]
+        };
+        let mut flat = ops(&[]);
+        flat.push(ins(&[key("s")], 0, vec![json!("a"), json!("b")]));
+        in_any_order(compact, &flat, 400);
+        in_any_order(indented, &ops(&[key("spec")]), 400);
+        let pretty = "{\n  \"c\": [\n    {\"name\": \"a\", \"args\": [\"x\"]},\n    {\"name\": \"b\", \"m\": {}}\n  ],\n  \"m\": {}\n}";
+        in_any_order(
+            pretty,
+            &[
+                add_key(&[c(), Index(1), key("m")], "k1", json!(1)),
+                add_key(&[c(), Index(1), key("m")], "k2", json!([2])),
+                ins(&[c(), Index(0), key("args")], 1, vec![json!("y")]),
+                add_key(&[c(), Index(1)], "z", json!(null)),
+                ins(&[c()], 2, vec![json!({"name": "g"})]),
+                add_key(&[key("m")], "a", json!("x")),
+                add_key(&[key("m")], "b", json!({})),
+                add_key(&[], "t", json!(true)),
+            ],
+            300,
+        );
+    }
+
+    #[test]
+    fn the_proxys_new_args_go_before_the_container_appended_after_it() {
+        // The Cloud SQL proxy, last and without args, gets its flags; the
+        // guard is appended after it: both at the proxy's last line's end.
+        let text =
+            "containers:\n- name: app\n  command: [/app]\n- name: proxy\n  command: [/cloud-sql-proxy, \"p:r:d\"]\n";
+        let guard = ins(&[key("containers")], 2, vec![json!({"name": "meshwrap-guard"})]);
+        let args = add_key(&[key("containers"), Seg::Index(1)], "args", json!(["--quitquitquit"]));
+        let want = "containers:\n- name: app\n  command: [/app]\n- name: proxy\n  command: [/cloud-sql-proxy, \"p:r:d\"]\n  args: [--quitquitquit]\n- {name: meshwrap-guard}\n";
+        assert_eq!(run(text, &[guard.clone(), args.clone()]), want);
+        assert_eq!(run(text, &[args, guard]), want);
+    }
+
+    #[test]
+    fn keys_put_into_an_empty_flow_mapping_are_separated() {
+        let ops = [
+            add_key(&[key("metadata"), key("annotations")], "a.io/x", json!("true")),
+            add_key(&[key("metadata"), key("annotations")], "b", json!("{\"v\":1}")),
+            add_key(&[key("metadata"), key("annotations")], "c", json!(1)),
+        ];
+        assert_eq!(
+            run("metadata:\n  annotations: {}\n", &ops),
+            "metadata:\n  annotations: {a.io/x: \"true\", b: '{\"v\":1}', c: 1}\n"
+        );
+        assert_eq!(
+            run("{\"metadata\": {\"annotations\": {\n}}}", &ops[..2]),
+            "{\"metadata\": {\"annotations\": {\"a.io/x\": \"true\", \"b\": \"{\\\"v\\\":1}\"\n}}}"
+        );
+    }
+
+    #[test]
+    fn a_refusal_names_the_line_and_what_it_could_not_insert() {
+        let text = "a: 1\nspec:\n  c: x\n  d: [1]\n";
+        let (docs, _) = parse(text);
+        let refused = |op: Op| edits(text, &docs[0].root, &[op]).unwrap_err();
+        assert_eq!(
+            refused(ins(
+                &[key("spec"), key("c")],
+                0,
+                vec![json!("/mesh/meshwrap"), json!("--")]
+            )),
+            "line 3: could not insert 2 items (\"/mesh/meshwrap\", \"--\") into /spec/c: not a sequence"
+        );
+        assert_eq!(
+            refused(add_key(&[key("spec")], "d", json!([2]))),
+            "line 3: could not insert the key \"d\" into /spec: d is already set"
+        );
+        assert_eq!(
+            refused(add_key(&[key("spec"), key("e"), key("f")], "g", json!(1))),
+            "line 3: could not insert the key \"g\" into /spec/e/f: nothing at /spec/e/f"
+        );
+        assert_eq!(
+            refused(ins(&[key("spec"), key("d")], 5, vec![json!({"name": "guard"})])),
+            "line 4: could not insert 1 item (\"guard\") into /spec/d: index past the end"
+        );
+    }
+
+    #[test]
+    fn the_culprit_is_the_edit_whose_text_meets_what_reads_otherwise() {
+        let edits = [
+            Edit {
+                at: 2,
+                remove: 0,
+                insert: "abc".into(),
+            },
+            Edit {
+                at: 5,
+                remove: 1,
+                insert: "\n  - x\n".into(),
+            },
+        ];
+        // "01abc234\n  - x\n6..." : the second edit's text is at 8..15.
+        assert_eq!(culprit(&edits, 3..4).unwrap().at, 2);
+        assert_eq!(culprit(&edits, 10..12).unwrap().at, 5);
+        assert_eq!(culprit(&edits, 6..7).unwrap().at, 2, "the last one before");
+        assert_eq!(culprit(&edits, 0..1).unwrap().at, 2, "else the first");
+        assert_eq!(snippet(&edits[1]), "- x");
+        assert_eq!(line_span("a\nbc\nd", 2), 2..5);
+        assert_eq!(line_span("a\nbc\nd", 3), 5..6);
     }
 
     #[test]

@@ -491,6 +491,19 @@ impl<'a> Node<'a> {
         }
     }
 
+    /// The first mapping key, depth first, that is a collection (`? [a]`,
+    /// `{a: 1}: x`): JSON has no such key, and kubectl refuses it.
+    pub fn complex_key(&self) -> Option<&Node<'a>> {
+        match &self.kind {
+            Kind::Seq(items) => items.iter().find_map(Node::complex_key),
+            Kind::Map(entries) => entries.iter().find_map(|(k, v)| match k.kind {
+                Kind::Seq(_) | Kind::Map(_) => Some(k),
+                _ => v.complex_key(),
+            }),
+            _ => None,
+        }
+    }
+
     pub fn is_null(&self) -> bool {
         matches!(&self.kind, Kind::Scalar { text, style: ScalarStyle::Plain } if is_null(text))
     }
@@ -514,6 +527,45 @@ impl<'a> Node<'a> {
                 Value::Object(map)
             }
         }
+    }
+}
+
+/// The first node beneath `node` (depth first) that reads otherwise than
+/// `want`: an item or a key it has and `want` lacks, a value that differs,
+/// or the collection that lacks what `want` has. `at` (a JSON pointer to
+/// `node`) is extended to it. None when `node` reads as `want`. For a
+/// refusal's message: each level costs its subtree's JSON.
+pub fn first_difference<'n, 'a>(node: &'n Node<'a>, want: &Value, at: &mut String) -> Option<&'n Node<'a>> {
+    if node.to_json() == *want {
+        return None;
+    }
+    let deeper = match (&node.kind, want) {
+        (Kind::Map(entries), Value::Object(map)) => entries.iter().find_map(|(k, v)| {
+            let key = match &k.kind {
+                Kind::Scalar { text, style } => key_text(text, *style),
+                _ => k.to_json().to_string(),
+            };
+            let pointer = format!("{at}/{}", key.replace('~', "~0").replace('/', "~1"));
+            match map.get(&key) {
+                None => Some((k, pointer)),
+                Some(w) => {
+                    let mut inner = pointer;
+                    first_difference(v, w, &mut inner).map(|n| (n, inner))
+                }
+            }
+        }),
+        (Kind::Seq(items), Value::Array(wants)) => items.iter().zip(wants).enumerate().find_map(|(i, (n, w))| {
+            let mut inner = format!("{at}/{i}");
+            first_difference(n, w, &mut inner).map(|n| (n, inner))
+        }),
+        _ => None,
+    };
+    match deeper {
+        Some((n, pointer)) => {
+            *at = pointer;
+            Some(n)
+        }
+        None => Some(node),
     }
 }
 
@@ -701,11 +753,52 @@ mod tests {
     }
 
     #[test]
+    fn the_first_difference_is_the_deepest_place_that_reads_otherwise() {
+        let text = "a:\n  b: [1, 2]\n  c: {d: x, e: w}\n";
+        let (docs, _) = parse(text);
+        let root = &docs[0].root;
+        let differs = |want: Value| {
+            let mut at = String::new();
+            first_difference(root, &want, &mut at).map(|n| (at, &text[n.start..n.start + 1]))
+        };
+        use serde_json::json;
+        assert_eq!(differs(json!({"a": {"b": [1, 2], "c": {"d": "x", "e": "w"}}})), None);
+        assert_eq!(
+            differs(json!({"a": {"b": [1, 3], "c": {"d": "x", "e": "w"}}})),
+            Some(("/a/b/1".into(), "2"))
+        );
+        // A key the plan lacks: the key; a key the text lacks: its mapping.
+        assert_eq!(
+            differs(json!({"a": {"b": [1, 2], "c": {"d": "x"}}})),
+            Some(("/a/c/e".into(), "e"))
+        );
+        assert_eq!(
+            differs(json!({"a": {"b": [1, 2], "c": {"d": "x", "e": "w", "f": 1}}})),
+            Some(("/a/c".into(), "{"))
+        );
+        assert_eq!(
+            differs(json!({"a": {"b": [1, 2, 3], "c": {"d": "x", "e": "w"}}})),
+            Some(("/a/b".into(), "["))
+        );
+    }
+
+    #[test]
     fn duplicate_keys_are_found_at_any_depth() {
         let (docs, _) = parse("a:\n  b: 1\n  c: [{d: 1, d: 2}]\n");
         let dup = docs[0].root.duplicate_key().unwrap();
         assert!(matches!(&dup.kind, Kind::Scalar { text, .. } if text == "d"));
         let (docs, _) = parse("a: {b: 1}\nc: {b: 1}\n");
         assert!(docs[0].root.duplicate_key().is_none());
+    }
+
+    #[test]
+    fn keys_that_are_collections_are_found_at_any_depth() {
+        for (text, line) in [("a:\n  - b: 1\n    ? [x]\n    : y\n", 3), ("a: {{b: 1}: c}\n", 1)] {
+            let (docs, _) = parse(text);
+            let key = docs[0].root.complex_key().unwrap();
+            assert_eq!(crate::yaml::edit::line_of(text, key.start), line, "{text}");
+        }
+        let (docs, _) = parse("a:\n  - b: [1]\n");
+        assert!(docs[0].root.complex_key().is_none());
     }
 }

@@ -82,6 +82,11 @@ impl Webhook {
 
     /// Starts it with this certificate and key (PEM).
     pub fn start_with(name: &str, cert: &str, key: &str, extra: &[&str]) -> Webhook {
+        Self::start_env(name, cert, key, extra, &[])
+    }
+
+    /// Starts it with these variables set too.
+    pub fn start_env(name: &str, cert: &str, key: &str, extra: &[&str], env: &[(&str, &str)]) -> Webhook {
         let dir = temp_dir(name);
         std::fs::write(dir.join("tls.crt"), cert).unwrap();
         std::fs::write(dir.join("tls.key"), key).unwrap();
@@ -102,8 +107,18 @@ impl Webhook {
             "MESHWRAP_TIMEOUT",
             "MESHWRAP_QUIT_POLICY",
             "MESHWRAP_NAMESPACE",
+            "MESHWRAP_EVENTS",
+            "MESHWRAP_API_SERVER",
+            "MESHWRAP_API_TOKEN",
+            "MESHWRAP_API_CA",
+            // Never the real cluster's API server, when the tests run in a pod.
+            "KUBERNETES_SERVICE_HOST",
+            "KUBERNETES_SERVICE_PORT",
         ] {
             cmd.env_remove(var);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
         }
         if !extra.contains(&"--shutdown-delay") {
             cmd.args(["--shutdown-delay", "0s"]);

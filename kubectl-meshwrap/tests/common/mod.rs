@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod apiserver;
+pub mod conditions;
 pub mod https;
 
 use std::io::Write;
@@ -80,4 +82,18 @@ pub fn temp_dir(name: &str) -> std::path::PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Whether a test's tool is there: when it is not, the test says so and is
+/// skipped, except in CI (`CI` or `POD_TESTS_REQUIRED` set), where it fails.
+pub fn have(tool_ok: bool, what: &str) -> bool {
+    if tool_ok {
+        return true;
+    }
+    let required = ["CI", "POD_TESTS_REQUIRED"]
+        .iter()
+        .any(|v| std::env::var(v).is_ok_and(|s| !s.is_empty() && s != "0" && s != "false"));
+    assert!(!required, "{what} (required here: CI or POD_TESTS_REQUIRED is set)");
+    eprintln!("skipped: {what}");
+    false
 }

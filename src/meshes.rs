@@ -1,0 +1,1121 @@
+//! The mesh facts: what each injector writes on a pod, which values it reads
+//! as true, which of its switches wins, where its proxy answers and what
+//! moves it. One table, read by both binaries: meshwrap (`sidecar::pod`,
+//! `sidecar::preset`) at run time, and kubectl-meshwrap (`mesh.rs`,
+//! `transform.rs`) when it writes a pod. Nothing here does I/O or knows
+//! either program; a fact either one needs is written here once.
+//!
+//! Every entry names the upstream repository, path and version that says
+//! so (`Source`); each was read in the injector's own source, and each has
+//! a unit test below named after it. Where injectors' versions disagree (an
+//! opt-in value Istio 1.26 reads as yes and 1.27 as "the namespace
+//! decides"; the native keys Linkerd reads in 2.15, 2.19 and 2.20), the
+//! table holds one [`Rule`] per version range, and callers ask the
+//! question that is safe whatever the version: "could this pod have the
+//! proxy?" ([`on_in_some`]) or "is it native under every version?"
+//! ([`on_in_every`]). A wrong "native" leaves a proxy nobody quits (the pod
+//! never completes); a wrong "classic" sends a quit the kubelet answers by
+//! restarting a sidecar of a pod that is ending anyway.
+
+/// Where upstream says so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Source {
+    pub repo: &'static str,
+    pub path: &'static str,
+    /// The tag (or commit) read.
+    pub version: &'static str,
+}
+
+const fn src(repo: &'static str, path: &'static str, version: &'static str) -> Source {
+    Source { repo, path, version }
+}
+
+/// Where a key lives on the pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    Label,
+    Annotation,
+}
+
+/// A label or annotation key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Key {
+    pub place: Place,
+    pub name: &'static str,
+}
+
+const fn ann(name: &'static str) -> Key {
+    Key {
+        place: Place::Annotation,
+        name,
+    }
+}
+
+const fn label(name: &'static str) -> Key {
+    Key {
+        place: Place::Label,
+        name,
+    }
+}
+
+/// What an injector makes of a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Read {
+    On,
+    Off,
+    /// Not decided by this value: upstream's default stands (the
+    /// namespace's policy, a global flag), or the key is absent.
+    Unset,
+}
+
+/// An upstream parser, by what it accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parser {
+    /// Go's `strconv.ParseBool`: `1 t T TRUE true True` on, `0 f F FALSE
+    /// false False` off; anything else is an error, which the injector
+    /// ignores (its default stands).
+    GoBool,
+    /// HashiCorp's `parseutil.ParseBool` (go-secure-stdlib v0.2.0,
+    /// mapstructure `WeakDecode`): `strconv.ParseBool`, and `""` is false;
+    /// anything else is an error, and vault-k8s then injects nothing.
+    HashicorpBool,
+    /// dapr/kit `strings.IsTruthy`: trimmed, any case, `y yes true t on 1`
+    /// on; anything else off.
+    DaprTruthy,
+    /// Dapr's injector from 1.17.3 and 1.18.0: `strings.EqualFold(v,
+    /// "true")` before anything else is read; anything else off.
+    EqualFoldTrue,
+    /// Istio's `injectRequired` up to 1.26: lowercased `y yes true on` on,
+    /// `""` unset, anything else off.
+    IstioInjectLegacy,
+    /// Istio's `injectRequired` from 1.27: `true` on, `false` off, anything
+    /// else unset (a warning, and the namespace's policy decides).
+    IstioInject,
+    /// Istio's injection template 1.24 to 1.26: `true` native, any other
+    /// value classic.
+    IstioNativeLegacy,
+    /// Istio's injection template from 1.27: `""` unset (sprig's `default`
+    /// takes the global), `false` classic, any other value native.
+    IstioNative,
+    /// Linkerd's inject annotation: `enabled` and `ingress` on, `disabled`
+    /// off, `""` unset; any other value is invalid, and nothing is injected.
+    LinkerdInject,
+    /// `enabled` on, `disabled` off, anything else unset (Linkerd warns and
+    /// keeps its default).
+    EnabledDisabled,
+    /// Exactly this value is on; any other is off.
+    Exact(&'static str),
+    /// The key's presence is the fact.
+    Present,
+}
+
+impl Parser {
+    pub fn read(self, value: &str) -> Read {
+        let on = |yes: bool| if yes { Read::On } else { Read::Off };
+        match self {
+            Parser::GoBool => go_bool(value).map_or(Read::Unset, on),
+            Parser::HashicorpBool => on(go_bool(value) == Some(true)),
+            Parser::DaprTruthy => on(dapr_truthy(value)),
+            Parser::EqualFoldTrue => on(value.eq_ignore_ascii_case("true")),
+            Parser::IstioInjectLegacy if value.is_empty() => Read::Unset,
+            Parser::IstioInjectLegacy => on(["y", "yes", "true", "on"].iter().any(|t| value.eq_ignore_ascii_case(t))),
+            Parser::IstioInject | Parser::EnabledDisabled => {
+                let (yes, no) = if self == Parser::IstioInject {
+                    ("true", "false")
+                } else {
+                    ("enabled", "disabled")
+                };
+                match value {
+                    v if v == yes => Read::On,
+                    v if v == no => Read::Off,
+                    _ => Read::Unset,
+                }
+            }
+            Parser::IstioNativeLegacy => on(value == "true"),
+            Parser::IstioNative if value.is_empty() => Read::Unset,
+            Parser::IstioNative => on(value != "false"),
+            Parser::LinkerdInject if value.is_empty() => Read::Unset,
+            Parser::LinkerdInject => on(value == "enabled" || value == "ingress"),
+            Parser::Exact(wanted) => on(value == wanted),
+            Parser::Present => Read::On,
+        }
+    }
+}
+
+/// Go's `strconv.ParseBool`.
+fn go_bool(value: &str) -> Option<bool> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// dapr/kit `strings.IsTruthy`.
+fn dapr_truthy(value: &str) -> bool {
+    let value = value.trim();
+    ["y", "yes", "true", "t", "on", "1"]
+        .iter()
+        .any(|t| value.eq_ignore_ascii_case(t))
+}
+
+/// How one range of an injector's versions reads a switch: the keys in its
+/// order of precedence (the first present wins; an unparsable value there
+/// does not fall through to the next key), and its parser.
+#[derive(Debug)]
+pub struct Rule {
+    pub versions: &'static str,
+    pub keys: &'static [Key],
+    pub parser: Parser,
+    pub source: Source,
+}
+
+/// What the pod shows: a key's value, or none.
+pub type Get<'a, 'v> = &'a dyn Fn(Key) -> Option<&'v str>;
+
+impl Rule {
+    /// This version range's reading of the pod.
+    pub fn read(&self, get: Get) -> Read {
+        self.keys
+            .iter()
+            .find_map(|&key| get(key))
+            .map_or(Read::Unset, |v| self.parser.read(v))
+    }
+}
+
+/// Some version reads the switch as on (so the pod may have what it asks for).
+pub fn on_in_some(rules: &[Rule], get: Get) -> bool {
+    rules.iter().any(|r| r.read(get) == Read::On)
+}
+
+/// Every version reads the switch as on (false when there are no rules).
+pub fn on_in_every(rules: &[Rule], get: Get) -> bool {
+    !rules.is_empty() && rules.iter().all(|r| r.read(get) == Read::On)
+}
+
+/// Every version reads the switch as off (false when there are no rules).
+pub fn off_in_every(rules: &[Rule], get: Get) -> bool {
+    !rules.is_empty() && rules.iter().all(|r| r.read(get) == Read::Off)
+}
+
+/// The injector's mark on every pod it injected.
+#[derive(Debug)]
+pub struct Mark {
+    pub key: Key,
+    pub parser: Parser,
+    pub source: Source,
+}
+
+/// The switch that turns a proxy's quit endpoint on, where it ships off.
+#[derive(Debug)]
+pub struct QuitSwitch {
+    pub key: Key,
+    /// The value meshwrap's tools write.
+    pub on: &'static str,
+    pub parser: Parser,
+    pub source: Source,
+}
+
+/// A pod annotation that moves a proxy's port.
+#[derive(Debug)]
+pub struct Mover {
+    pub key: Key,
+    /// It moves the readiness endpoint's port too, not only the quit's.
+    pub moves_ready: bool,
+    pub source: Source,
+}
+
+/// What Argo Workflows should run (`workflows.argoproj.io/kill-cmd-PROXY`)
+/// to stop the proxy, which has no `/bin/sh` for Argo's default `kill`.
+#[derive(Debug)]
+pub struct ArgoKill {
+    /// A JSON array, as the annotation takes it.
+    pub command: &'static str,
+    /// The command asks the proxy's quit endpoint, so its switch must be on.
+    pub needs_quit_switch: bool,
+    pub sources: &'static [Source],
+}
+
+/// Everything known of one mesh.
+#[derive(Debug)]
+pub struct Mesh {
+    /// The name `--mesh` and meshwrap's `--sidecar` use.
+    pub name: &'static str,
+    /// The proxy's container name as injected.
+    pub proxy: &'static str,
+    pub mark: Option<Mark>,
+    /// The opt-in (and opt-out) switch, per version.
+    pub opt_in: &'static [Rule],
+    /// Marked, yet no sidecar in the pod, when this reads on.
+    pub no_sidecar: &'static [Rule],
+    /// The per-pod native switch, per version.
+    pub native: &'static [Rule],
+    pub quit_switch: Option<QuitSwitch>,
+    /// (port, path) on 127.0.0.1, GET until 2xx.
+    pub ready: Option<(u16, &'static str)>,
+    /// (port, path) on 127.0.0.1, POST once.
+    pub quit: Option<(u16, &'static str)>,
+    pub endpoints_source: Source,
+    pub movers: &'static [Mover],
+    pub argo_kill: Option<ArgoKill>,
+}
+
+pub const ISTIO: Mesh = Mesh {
+    name: "istio",
+    proxy: "istio-proxy",
+    mark: Some(Mark {
+        key: ann("sidecar.istio.io/status"),
+        parser: Parser::Present,
+        source: src(
+            "istio/istio",
+            "pkg/kube/inject/webhook.go (getInjectionStatus)",
+            "1.30.3",
+        ),
+    }),
+    opt_in: &[
+        Rule {
+            versions: "1.19-1.26",
+            keys: &[label("sidecar.istio.io/inject"), ann("sidecar.istio.io/inject")],
+            parser: Parser::IstioInjectLegacy,
+            source: src("istio/istio", "pkg/kube/inject/inject.go (injectRequired)", "1.26.8"),
+        },
+        Rule {
+            versions: "1.27+",
+            keys: &[label("sidecar.istio.io/inject"), ann("sidecar.istio.io/inject")],
+            parser: Parser::IstioInject,
+            source: src(
+                "istio/istio",
+                "pkg/kube/inject/inject.go (injectRequired, #56737)",
+                "1.27.0",
+            ),
+        },
+    ],
+    no_sidecar: &[Rule {
+        versions: "1.24+ (ambient)",
+        keys: &[ann("ambient.istio.io/redirection")],
+        parser: Parser::Exact("enabled"),
+        source: src(
+            "istio/istio",
+            "pkg/config/constants/constants.go (AmbientRedirectionEnabled)",
+            "1.30.3",
+        ),
+    }],
+    native: &[
+        Rule {
+            versions: "1.24-1.26",
+            keys: &[ann("sidecar.istio.io/nativeSidecar")],
+            parser: Parser::IstioNativeLegacy,
+            source: src(
+                "istio/istio",
+                "manifests/charts/istio-control/istio-discovery/files/injection-template.yaml",
+                "1.24.0",
+            ),
+        },
+        Rule {
+            versions: "1.27+",
+            keys: &[ann("sidecar.istio.io/nativeSidecar")],
+            parser: Parser::IstioNative,
+            source: src(
+                "istio/istio",
+                "manifests/charts/istio-control/istio-discovery/files/injection-template.yaml",
+                "1.27.0",
+            ),
+        },
+    ],
+    quit_switch: None,
+    ready: Some((15021, "/healthz/ready")),
+    quit: Some((15020, "/quitquitquit")),
+    endpoints_source: src("istio/istio", "pilot/cmd/pilot-agent/status/server.go", "1.30.3"),
+    movers: &[Mover {
+        key: ann("status.sidecar.istio.io/port"),
+        moves_ready: false,
+        source: src(
+            "istio/istio",
+            "pilot/cmd/pilot-agent/config/config.go (applyAnnotations)",
+            "1.30.3",
+        ),
+    }],
+    argo_kill: Some(ArgoKill {
+        command: r#"["pilot-agent","request","POST","quitquitquit"]"#,
+        needs_quit_switch: false,
+        sources: &[src("argoproj/argo-workflows", "docs/sidecar-injection.md", "v3.6.0")],
+    }),
+};
+
+const LINKERD_STABLE: Key = ann("config.linkerd.io/proxy-enable-native-sidecar");
+const LINKERD_BETA: Key = ann("config.beta.linkerd.io/proxy-enable-native-sidecar");
+const LINKERD_ALPHA: Key = ann("config.alpha.linkerd.io/proxy-enable-native-sidecar");
+
+pub const LINKERD: Mesh = Mesh {
+    name: "linkerd",
+    proxy: "linkerd-proxy",
+    mark: Some(Mark {
+        key: ann("linkerd.io/proxy-version"),
+        parser: Parser::Present,
+        source: src(
+            "linkerd/linkerd2",
+            "pkg/inject/inject.go (injectObjectMeta)",
+            "version-2.20",
+        ),
+    }),
+    opt_in: &[Rule {
+        versions: "2.x",
+        keys: &[ann("linkerd.io/inject")],
+        parser: Parser::LinkerdInject,
+        source: src(
+            "linkerd/linkerd2",
+            "pkg/inject/report.go (disabledByAnnotation)",
+            "version-2.20",
+        ),
+    }],
+    no_sidecar: &[],
+    native: &[
+        Rule {
+            versions: "2.15-2.18",
+            keys: &[LINKERD_ALPHA],
+            parser: Parser::GoBool,
+            source: src("linkerd/linkerd2", "pkg/inject/inject.go", "version-2.15"),
+        },
+        Rule {
+            versions: "2.19",
+            keys: &[LINKERD_BETA, LINKERD_ALPHA],
+            parser: Parser::GoBool,
+            source: src("linkerd/linkerd2", "pkg/inject/inject.go (#14587)", "version-2.19"),
+        },
+        Rule {
+            versions: "2.20+",
+            keys: &[LINKERD_STABLE, LINKERD_BETA, LINKERD_ALPHA],
+            parser: Parser::GoBool,
+            source: src(
+                "linkerd/linkerd2",
+                "pkg/inject/inject.go (GetOverriddenValues, #15267)",
+                "version-2.20",
+            ),
+        },
+    ],
+    quit_switch: Some(QuitSwitch {
+        key: ann("config.linkerd.io/proxy-admin-shutdown"),
+        on: "enabled",
+        parser: Parser::EnabledDisabled,
+        source: src(
+            "linkerd/linkerd2",
+            "pkg/inject/inject.go; charts/linkerd-control-plane/values.yaml (enableShutdownEndpoint: false since 2.16, #12705)",
+            "version-2.20",
+        ),
+    }),
+    ready: Some((4191, "/ready")),
+    quit: Some((4191, "/shutdown")),
+    endpoints_source: src(
+        "linkerd/linkerd2",
+        "charts/linkerd-control-plane/values.yaml (proxy.ports.admin)",
+        "version-2.20",
+    ),
+    movers: &[Mover {
+        key: ann("config.linkerd.io/admin-port"),
+        moves_ready: true,
+        source: src(
+            "linkerd/linkerd2",
+            "pkg/inject/inject.go (ProxyAdminPortAnnotation)",
+            "version-2.20",
+        ),
+    }],
+    argo_kill: Some(ArgoKill {
+        command: r#"["/usr/lib/linkerd/linkerd-await","sleep","1","--shutdown"]"#,
+        needs_quit_switch: true,
+        sources: &[
+            src(
+                "linkerd/linkerd-await",
+                "src/main.rs (--shutdown: send_shutdown POSTs /shutdown)",
+                "release/v0.3.3",
+            ),
+            src(
+                "linkerd/linkerd2",
+                "Dockerfile.proxy (/usr/lib/linkerd/linkerd-await, /bin/sleep; Dockerfile-proxy before 2.20)",
+                "version-2.20",
+            ),
+        ],
+    }),
+};
+
+pub const VAULT: Mesh = Mesh {
+    name: "vault",
+    proxy: "vault-agent",
+    mark: Some(Mark {
+        key: ann("vault.hashicorp.com/agent-inject-status"),
+        parser: Parser::Exact("injected"),
+        source: src("hashicorp/vault-k8s", "agent-inject/agent/agent.go (Patch)", "v1.7.6"),
+    }),
+    opt_in: &[Rule {
+        versions: "1.x",
+        keys: &[ann("vault.hashicorp.com/agent-inject")],
+        parser: Parser::HashicorpBool,
+        source: src(
+            "hashicorp/vault-k8s",
+            "agent-inject/agent/agent.go (ShouldInject)",
+            "v1.7.6",
+        ),
+    }],
+    no_sidecar: &[Rule {
+        versions: "1.x",
+        keys: &[ann("vault.hashicorp.com/agent-pre-populate-only")],
+        parser: Parser::HashicorpBool,
+        source: src(
+            "hashicorp/vault-k8s",
+            "agent-inject/agent/agent.go (if !a.PrePopulateOnly)",
+            "v1.7.6",
+        ),
+    }],
+    native: &[],
+    quit_switch: Some(QuitSwitch {
+        key: ann("vault.hashicorp.com/agent-enable-quit"),
+        on: "true",
+        parser: Parser::HashicorpBool,
+        source: src(
+            "hashicorp/vault-k8s",
+            "agent-inject/agent/annotations.go (getEnableQuit); config.go",
+            "v1.7.6",
+        ),
+    }),
+    ready: None,
+    quit: Some((8200, "/agent/v1/quit")),
+    endpoints_source: src(
+        "hashicorp/vault",
+        "sdk/helper/consts/agent.go (AgentPathQuit)",
+        "43ffa9be",
+    ),
+    movers: &[Mover {
+        key: ann("vault.hashicorp.com/agent-cache-listener-port"),
+        moves_ready: false,
+        source: src(
+            "hashicorp/vault-k8s",
+            "agent-inject/agent/config.go (makeCacheListener)",
+            "v1.7.6",
+        ),
+    }],
+    argo_kill: None,
+};
+
+pub const DAPR: Mesh = Mesh {
+    name: "dapr",
+    proxy: "daprd",
+    mark: Some(Mark {
+        key: label("dapr.io/sidecar-injected"),
+        parser: Parser::Exact("true"),
+        source: src(
+            "dapr/dapr",
+            "pkg/injector/patcher/sidecar_patcher.go (GetPatch)",
+            "v1.18.3",
+        ),
+    }),
+    opt_in: &[
+        Rule {
+            versions: "up to 1.17.2",
+            keys: &[ann("dapr.io/enabled")],
+            parser: Parser::DaprTruthy,
+            source: src(
+                "dapr/dapr",
+                "pkg/injector/patcher/sidecar.go (setValueFromString)",
+                "v1.17.2",
+            ),
+        },
+        Rule {
+            versions: "1.17.3+, 1.18.0+",
+            keys: &[ann("dapr.io/enabled")],
+            parser: Parser::EqualFoldTrue,
+            source: src(
+                "dapr/dapr",
+                "pkg/injector/service/handler.go (podHasDaprEnabled, #9669)",
+                "v1.17.3",
+            ),
+        },
+    ],
+    no_sidecar: &[],
+    native: &[Rule {
+        versions: "1.18+",
+        keys: &[ann("dapr.io/enable-native-sidecar")],
+        parser: Parser::DaprTruthy,
+        source: src(
+            "dapr/dapr",
+            "pkg/injector/patcher/sidecar.go (EnableNativeSidecar, #9450)",
+            "v1.18.0",
+        ),
+    }],
+    quit_switch: None,
+    ready: Some((3500, "/v1.0/healthz/outbound")),
+    quit: Some((3500, "/v1.0/shutdown")),
+    endpoints_source: src(
+        "dapr/dapr",
+        "pkg/api/http/healthz.go, shutdown.go; patcher/sidecar.go (SidecarHTTPPort)",
+        "v1.18.3",
+    ),
+    movers: &[],
+    argo_kill: None,
+};
+
+pub const CLOUDSQL: Mesh = Mesh {
+    name: "cloudsql",
+    proxy: "cloud-sql-proxy",
+    mark: None,
+    opt_in: &[],
+    no_sidecar: &[],
+    native: &[],
+    quit_switch: None,
+    ready: Some((9090, "/startup")),
+    quit: Some((9091, "/quitquitquit")),
+    endpoints_source: src("GoogleCloudPlatform/cloud-sql-proxy", "cmd/root.go", "v2.25.3"),
+    movers: &[],
+    argo_kill: None,
+};
+
+/// Every mesh, in the order `--mesh`, `--sidecar auto` and reports use.
+pub const MESHES: [&Mesh; 5] = [&ISTIO, &LINKERD, &VAULT, &DAPR, &CLOUDSQL];
+
+/// The meshes whose injector marks the pods it injects: `--sidecar auto`'s.
+pub const MARKED: [&Mesh; 4] = [&ISTIO, &LINKERD, &VAULT, &DAPR];
+
+/// The mesh named `name` (any case).
+pub fn by_name(name: &str) -> Option<&'static Mesh> {
+    MESHES.into_iter().find(|m| m.name.eq_ignore_ascii_case(name))
+}
+
+impl Mesh {
+    /// The injector's mark is on the pod.
+    pub fn marked(&self, get: Get) -> bool {
+        self.mark
+            .as_ref()
+            .is_some_and(|m| get(m.key).is_some_and(|v| m.parser.read(v) == Read::On))
+    }
+
+    /// Whether the pod asks for the mesh (`Some(true)`: some version
+    /// injects it, or it is marked), opts out of it (`Some(false)`: no
+    /// version injects it, or no sidecar comes with it), or leaves it to
+    /// the namespace (`None`).
+    pub fn asks_for(&self, get: Get) -> Option<bool> {
+        if on_in_some(self.no_sidecar, get) {
+            Some(false)
+        } else if self.marked(get) || on_in_some(self.opt_in, get) {
+            Some(true)
+        } else if off_in_every(self.opt_in, get) {
+            Some(false)
+        } else {
+            None
+        }
+    }
+
+    /// The per-pod switch makes the proxy native under every version.
+    pub fn native_everywhere(&self, get: Get) -> bool {
+        on_in_every(self.native, get)
+    }
+
+    /// A native key the pod sets to a value some version does not read as
+    /// native: (key, value).
+    pub fn native_set_otherwise<'v>(&self, get: Get<'_, 'v>) -> Option<(&'static str, &'v str)> {
+        self.native.iter().find_map(|rule| {
+            rule.keys.iter().find_map(|&key| {
+                get(key)
+                    .filter(|v| rule.parser.read(v) != Read::On)
+                    .map(|v| (key.name, v))
+            })
+        })
+    }
+
+    /// The keys that make the proxy native under every version, whatever a
+    /// namespace adds: the first key each version reads, newest first.
+    pub fn native_keys(&self) -> Vec<&'static str> {
+        let mut keys: Vec<&'static str> = Vec::new();
+        for rule in self.native.iter().rev() {
+            if let Some(first) = rule.keys.first()
+                && !keys.contains(&first.name)
+            {
+                keys.push(first.name);
+            }
+        }
+        keys
+    }
+
+    /// The quit switch is on in the pod.
+    pub fn quit_switch_on(&self, get: Get) -> bool {
+        self.quit_switch
+            .as_ref()
+            .is_none_or(|s| get(s.key).is_some_and(|v| s.parser.read(v) == Read::On))
+    }
+
+    /// The ports the pod's annotations move: (readiness, quit).
+    pub fn moved_ports(&self, get: Get) -> (Option<u16>, Option<u16>) {
+        let mut moved = (None, None);
+        for mover in self.movers {
+            let Some(port) = get(mover.key).and_then(|v| v.parse::<u16>().ok()).filter(|p| *p > 0) else {
+                continue;
+            };
+            if mover.moves_ready && self.ready.is_some() {
+                moved.0 = Some(port);
+            }
+            moved.1 = Some(port);
+        }
+        moved
+    }
+}
+
+/// The Cloud SQL Auth Proxy v2's settings meshwrap needs: each a flag and a
+/// `CSQL_PROXY_` variable (viper, `AutomaticEnv`), the flag winning where
+/// both are given (root.go `loadConfig` sets from the environment only flags
+/// not `Changed`). `--config-file` can set them too.
+#[derive(Debug)]
+pub struct ProxySetting {
+    pub flag: &'static str,
+    pub env: &'static str,
+    pub default: &'static str,
+}
+
+const CLOUDSQL_ROOT: Source = src(
+    "GoogleCloudPlatform/cloud-sql-proxy",
+    "cmd/root.go (NewCommand, loadConfig)",
+    "v2.25.3",
+);
+
+/// Readiness at `--http-address`:`--http-port` `/startup`, with `--health-check`.
+pub const CLOUDSQL_HTTP_PORT: ProxySetting = ProxySetting {
+    flag: "--http-port",
+    env: "CSQL_PROXY_HTTP_PORT",
+    default: "9090",
+};
+pub const CLOUDSQL_HTTP_ADDRESS: ProxySetting = ProxySetting {
+    flag: "--http-address",
+    env: "CSQL_PROXY_HTTP_ADDRESS",
+    default: "localhost",
+};
+/// The quit at localhost:`--admin-port` `/quitquitquit` (GET or POST), with `--quitquitquit`.
+pub const CLOUDSQL_ADMIN_PORT: ProxySetting = ProxySetting {
+    flag: "--admin-port",
+    env: "CSQL_PROXY_ADMIN_PORT",
+    default: "9091",
+};
+/// Serves `/startup` (v2.0.0+).
+pub const CLOUDSQL_HEALTH_CHECK: ProxySetting = ProxySetting {
+    flag: "--health-check",
+    env: "CSQL_PROXY_HEALTH_CHECK",
+    default: "false",
+};
+/// Serves `/quitquitquit` (v2.1.0+).
+pub const CLOUDSQL_QUITQUITQUIT: ProxySetting = ProxySetting {
+    flag: "--quitquitquit",
+    env: "CSQL_PROXY_QUITQUITQUIT",
+    default: "false",
+};
+/// A file that may set any of them (toml, yaml or json).
+pub const CLOUDSQL_CONFIG_FILE: ProxySetting = ProxySetting {
+    flag: "--config-file",
+    env: "CSQL_PROXY_CONFIG_FILE",
+    default: "",
+};
+/// Where the settings above are read.
+pub const CLOUDSQL_SETTINGS_SOURCE: Source = CLOUDSQL_ROOT;
+
+/// The v1 proxy (`gcr.io/cloudsql-docker/gce-proxy`, binary
+/// `/cloud_sql_proxy`): Go `flag` options such as `-use_http_health_check`,
+/// none of v2's, and no quit endpoint at all (SIGTERM only).
+pub const CLOUDSQL_V1_IMAGE: &str = "cloudsql-docker/gce-proxy";
+pub const CLOUDSQL_V1_BINARY: &str = "cloud_sql_proxy";
+pub const CLOUDSQL_V1_SOURCE: Source = src(
+    "GoogleCloudPlatform/cloud-sql-proxy",
+    "cmd/cloud_sql_proxy/cloud_sql_proxy.go; examples/k8s-health-check/proxy_with_http_health_check.yaml",
+    "v1.38.3",
+);
+
+/// The value of a pflag option in a command line: `--name=value` or
+/// `--name value`, the last one winning; a boolean option (`boolean`)
+/// takes `--name` alone as true and never the next word.
+pub fn pflag_value<'a>(args: &[&'a str], name: &str, boolean: bool) -> Option<&'a str> {
+    let mut found = None;
+    let mut words = args.iter();
+    while let Some(word) = words.next() {
+        if *word == "--" {
+            break;
+        }
+        if let Some(value) = word.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')) {
+            found = Some(value);
+        } else if *word == name {
+            found = if boolean { Some("true") } else { words.next().copied() };
+        }
+    }
+    found
+}
+
+/// Whether a pflag boolean's value is true (`strconv.ParseBool`; `None`:
+/// not a boolean, which the proxy refuses at start).
+pub fn pflag_bool(value: &str) -> Option<bool> {
+    go_bool(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod<'a>(pairs: &'a [(Key, &'a str)]) -> impl Fn(Key) -> Option<&'a str> + 'a {
+        move |k| pairs.iter().find(|(key, _)| *key == k).map(|(_, v)| *v)
+    }
+
+    fn reads(parser: Parser, values: &[&str]) -> Vec<Read> {
+        values.iter().map(|v| parser.read(v)).collect()
+    }
+
+    use Read::{Off, On, Unset};
+
+    #[test]
+    fn go_parse_bool_reads_1_t_true_any_of_three_cases_and_nothing_else() {
+        assert_eq!(reads(Parser::GoBool, &["1", "t", "T", "TRUE", "true", "True"]), [On; 6]);
+        assert_eq!(
+            reads(Parser::GoBool, &["0", "f", "F", "FALSE", "false", "False"]),
+            [Off; 6]
+        );
+        assert_eq!(reads(Parser::GoBool, &["yes", "on", "tRUE", " true", ""]), [Unset; 5]);
+    }
+
+    #[test]
+    fn hashicorp_parse_bool_is_go_parse_bool_with_empty_false_and_errors_off() {
+        assert_eq!(reads(Parser::HashicorpBool, &["true", "T", "1"]), [On; 3]);
+        assert_eq!(reads(Parser::HashicorpBool, &["", "false", "yes", "on"]), [Off; 4]);
+    }
+
+    #[test]
+    fn dapr_is_truthy_trims_ignores_case_and_takes_y_yes_true_t_on_1() {
+        assert_eq!(
+            reads(Parser::DaprTruthy, &["y", "YES", " true ", "t", "On", "1"]),
+            [On; 6]
+        );
+        assert_eq!(reads(Parser::DaprTruthy, &["0", "no", "truee", ""]), [Off; 4]);
+    }
+
+    #[test]
+    fn dapr_enabled_is_truthy_up_to_1_17_2_and_equal_fold_true_from_1_17_3() {
+        let [old, new] = DAPR.opt_in else { panic!() };
+        assert_eq!((old.versions, new.versions), ("up to 1.17.2", "1.17.3+, 1.18.0+"));
+        for (value, before, after) in [("1", On, Off), ("yes", On, Off), ("TRUE", On, On), (" true", On, Off)] {
+            let pairs = [(ann("dapr.io/enabled"), value)];
+            let get = pod(&pairs);
+            assert_eq!((old.read(&get), new.read(&get)), (before, after), "{value:?}");
+        }
+    }
+
+    #[test]
+    fn istio_inject_takes_y_yes_true_on_any_case_up_to_1_26_and_only_true_from_1_27() {
+        assert_eq!(reads(Parser::IstioInjectLegacy, &["y", "Yes", "TRUE", "on"]), [On; 4]);
+        assert_eq!(reads(Parser::IstioInjectLegacy, &["false", "no", "off", "1"]), [Off; 4]);
+        assert_eq!(Parser::IstioInjectLegacy.read(""), Unset);
+        assert_eq!(
+            reads(Parser::IstioInject, &["true", "false", "yes", "True", ""]),
+            [On, Off, Unset, Unset, Unset]
+        );
+    }
+
+    #[test]
+    fn istio_inject_label_wins_over_the_annotation() {
+        let pairs = [
+            (label("sidecar.istio.io/inject"), "false"),
+            (ann("sidecar.istio.io/inject"), "true"),
+        ];
+        assert_eq!(ISTIO.asks_for(&pod(&pairs)), Some(false));
+    }
+
+    #[test]
+    fn istio_yes_asks_for_the_proxy_and_only_false_opts_out_under_every_version() {
+        for (value, asked) in [
+            ("yes", Some(true)),
+            ("On", Some(true)),
+            ("false", Some(false)),
+            ("no", None),
+        ] {
+            let pairs = [(ann("sidecar.istio.io/inject"), value)];
+            assert_eq!(ISTIO.asks_for(&pod(&pairs)), asked, "{value}");
+        }
+    }
+
+    #[test]
+    fn istio_native_annotation_true_is_native_from_1_24_and_other_values_only_from_1_27() {
+        for (value, everywhere) in [("true", true), ("false", false), ("yes", false)] {
+            let pairs = [(ann("sidecar.istio.io/nativeSidecar"), value)];
+            assert_eq!(ISTIO.native_everywhere(&pod(&pairs)), everywhere, "{value}");
+        }
+        assert_eq!(
+            reads(Parser::IstioNativeLegacy, &["true", "yes", "false"]),
+            [On, Off, Off]
+        );
+        assert_eq!(
+            reads(Parser::IstioNative, &["true", "yes", "false", ""]),
+            [On, On, Off, Unset]
+        );
+    }
+
+    #[test]
+    fn istio_status_annotation_marks_an_injected_pod_and_ambient_has_no_sidecar() {
+        let status = [(ann("sidecar.istio.io/status"), "{}")];
+        assert!(ISTIO.marked(&pod(&status)));
+        let ambient = [(ann("ambient.istio.io/redirection"), "enabled")];
+        assert_eq!(ISTIO.asks_for(&pod(&ambient)), Some(false));
+        let other = [(ann("ambient.istio.io/redirection"), "disabled")];
+        assert_eq!(ISTIO.asks_for(&pod(&other)), None);
+    }
+
+    #[test]
+    fn istio_status_port_annotation_moves_the_quit_not_the_readiness() {
+        let pairs = [(ann("status.sidecar.istio.io/port"), "25020")];
+        assert_eq!(ISTIO.moved_ports(&pod(&pairs)), (None, Some(25020)));
+        let bad = [(ann("status.sidecar.istio.io/port"), "x")];
+        assert_eq!(ISTIO.moved_ports(&pod(&bad)), (None, None));
+    }
+
+    #[test]
+    fn linkerd_stable_native_key_wins_over_alpha() {
+        let pairs = [(LINKERD_STABLE, "false"), (LINKERD_ALPHA, "true")];
+        let get = pod(&pairs);
+        assert_eq!(LINKERD.native[2].read(&get), Off, "2.20 reads the stable key first");
+        assert!(!LINKERD.native_everywhere(&get));
+        assert_eq!(
+            LINKERD.native_set_otherwise(&get),
+            Some(("config.linkerd.io/proxy-enable-native-sidecar", "false"))
+        );
+    }
+
+    #[test]
+    fn linkerd_beta_native_key_wins_over_alpha_from_2_19() {
+        let pairs = [(LINKERD_BETA, "false"), (LINKERD_ALPHA, "true")];
+        let get = pod(&pairs);
+        assert_eq!(
+            (
+                LINKERD.native[0].read(&get),
+                LINKERD.native[1].read(&get),
+                LINKERD.native[2].read(&get)
+            ),
+            (On, Off, Off)
+        );
+    }
+
+    #[test]
+    fn linkerd_unparsable_stable_native_value_keeps_the_cluster_default_not_alpha() {
+        let pairs = [(LINKERD_STABLE, "yes"), (LINKERD_ALPHA, "true")];
+        let get = pod(&pairs);
+        assert_eq!(LINKERD.native[2].read(&get), Unset);
+        assert!(!LINKERD.native_everywhere(&get), "the default is not on the pod");
+    }
+
+    #[test]
+    fn linkerd_reads_only_the_alpha_native_key_before_2_19() {
+        let stable_only = [(LINKERD_STABLE, "true")];
+        let get = pod(&stable_only);
+        assert_eq!(LINKERD.native[0].read(&get), Unset);
+        assert!(!LINKERD.native_everywhere(&get), "2.15-2.19 do not read the stable key");
+        let all = [
+            (LINKERD_STABLE, "true"),
+            (LINKERD_BETA, "true"),
+            (LINKERD_ALPHA, "true"),
+        ];
+        assert!(LINKERD.native_everywhere(&pod(&all)));
+        assert_eq!(
+            LINKERD.native_keys(),
+            [LINKERD_STABLE.name, LINKERD_BETA.name, LINKERD_ALPHA.name]
+        );
+    }
+
+    #[test]
+    fn linkerd_inject_enabled_or_ingress_injects_and_any_other_value_does_not() {
+        assert_eq!(reads(Parser::LinkerdInject, &["enabled", "ingress"]), [On; 2]);
+        assert_eq!(reads(Parser::LinkerdInject, &["disabled", "true", "Enabled"]), [Off; 3]);
+        assert_eq!(Parser::LinkerdInject.read(""), Unset);
+    }
+
+    #[test]
+    fn linkerd_proxy_version_annotation_marks_an_injected_pod() {
+        let pairs = [(ann("linkerd.io/proxy-version"), "edge-26.8.3")];
+        assert!(LINKERD.marked(&pod(&pairs)));
+        assert_eq!(LINKERD.asks_for(&pod(&pairs)), Some(true));
+    }
+
+    #[test]
+    fn linkerd_shutdown_switch_is_proxy_admin_shutdown_enabled_and_nothing_else() {
+        let switch = LINKERD.quit_switch.as_ref().unwrap();
+        assert_eq!(
+            (switch.key.name, switch.on),
+            ("config.linkerd.io/proxy-admin-shutdown", "enabled")
+        );
+        assert_eq!(
+            reads(switch.parser, &["enabled", "disabled", "Enabled", "true"]),
+            [On, Off, Unset, Unset]
+        );
+    }
+
+    #[test]
+    fn linkerd_admin_port_annotation_moves_readiness_and_shutdown() {
+        let pairs = [(ann("config.linkerd.io/admin-port"), "5191")];
+        assert_eq!(LINKERD.moved_ports(&pod(&pairs)), (Some(5191), Some(5191)));
+    }
+
+    #[test]
+    fn linkerd_argo_kill_command_needs_the_shutdown_switch() {
+        let kill = LINKERD.argo_kill.as_ref().unwrap();
+        assert!(kill.needs_quit_switch);
+        assert!(kill.command.contains("--shutdown"));
+        assert!(kill.sources.iter().any(|s| s.repo == "linkerd/linkerd-await"));
+        assert!(kill.sources.iter().all(|s| !s.repo.starts_with("argoproj")));
+    }
+
+    #[test]
+    fn vault_marks_injected_pods_with_agent_inject_status_injected() {
+        let injected = [(ann("vault.hashicorp.com/agent-inject-status"), "injected")];
+        assert!(VAULT.marked(&pod(&injected)));
+        let update = [(ann("vault.hashicorp.com/agent-inject-status"), "update")];
+        assert!(!VAULT.marked(&pod(&update)));
+    }
+
+    #[test]
+    fn vault_pre_populate_only_means_no_sidecar() {
+        let pairs = [
+            (ann("vault.hashicorp.com/agent-inject"), "true"),
+            (ann("vault.hashicorp.com/agent-pre-populate-only"), "T"),
+        ];
+        assert_eq!(VAULT.asks_for(&pod(&pairs)), Some(false));
+    }
+
+    #[test]
+    fn vault_agent_inject_is_parsed_by_hashicorps_parse_bool() {
+        for (value, asked) in [
+            ("true", Some(true)),
+            ("1", Some(true)),
+            ("yes", Some(false)),
+            ("false", Some(false)),
+        ] {
+            let pairs = [(ann("vault.hashicorp.com/agent-inject"), value)];
+            assert_eq!(VAULT.asks_for(&pod(&pairs)), asked, "{value}");
+        }
+    }
+
+    #[test]
+    fn vault_quit_switch_reads_true_by_parse_bool_and_the_listener_port_moves_the_quit() {
+        for (value, on) in [("true", true), ("True", true), ("1", true), ("yes", false)] {
+            let pairs = [(ann("vault.hashicorp.com/agent-enable-quit"), value)];
+            assert_eq!(VAULT.quit_switch_on(&pod(&pairs)), on, "{value}");
+        }
+        let pairs = [(ann("vault.hashicorp.com/agent-cache-listener-port"), "8300")];
+        assert_eq!(VAULT.moved_ports(&pod(&pairs)), (None, Some(8300)));
+        assert!(VAULT.native.is_empty(), "Vault has no native mode (v1.7.6)");
+    }
+
+    #[test]
+    fn dapr_marks_injected_pods_with_the_sidecar_injected_label() {
+        let mark = DAPR.mark.as_ref().unwrap();
+        assert_eq!(
+            (mark.key, mark.parser),
+            (label("dapr.io/sidecar-injected"), Parser::Exact("true"))
+        );
+    }
+
+    #[test]
+    fn dapr_native_switch_is_truthy_and_a_present_false_value_is_classic() {
+        for (value, native) in [("yes", true), ("1", true), ("nope", false)] {
+            let pairs = [(ann("dapr.io/enable-native-sidecar"), value)];
+            assert_eq!(DAPR.native_everywhere(&pod(&pairs)), native, "{value}");
+        }
+        assert_eq!(DAPR.native_keys(), ["dapr.io/enable-native-sidecar"]);
+    }
+
+    #[test]
+    fn dapr_http_port_is_fixed_at_3500() {
+        assert_eq!(DAPR.ready.unwrap().0, 3500);
+        assert_eq!(DAPR.quit.unwrap().0, 3500);
+        assert!(DAPR.movers.is_empty());
+    }
+
+    #[test]
+    fn cloudsql_settings_are_flags_with_csql_proxy_variables() {
+        for s in [
+            &CLOUDSQL_HTTP_PORT,
+            &CLOUDSQL_HTTP_ADDRESS,
+            &CLOUDSQL_ADMIN_PORT,
+            &CLOUDSQL_HEALTH_CHECK,
+            &CLOUDSQL_QUITQUITQUIT,
+            &CLOUDSQL_CONFIG_FILE,
+        ] {
+            let derived = format!("CSQL_PROXY_{}", s.flag[2..].to_uppercase().replace('-', "_"));
+            assert_eq!(s.env, derived);
+        }
+        assert_eq!(
+            (CLOUDSQL.ready, CLOUDSQL.quit),
+            (Some((9090, "/startup")), Some((9091, "/quitquitquit")))
+        );
+        assert_eq!(
+            (CLOUDSQL_HTTP_PORT.default, CLOUDSQL_ADMIN_PORT.default),
+            ("9090", "9091")
+        );
+    }
+
+    #[test]
+    fn cloudsql_flags_are_read_as_pflag_reads_them() {
+        let args = [
+            "--http-port=9190",
+            "p:r:db",
+            "--admin-port",
+            "9192",
+            "--http-port",
+            "9290",
+        ];
+        assert_eq!(pflag_value(&args, "--http-port", false), Some("9290"), "the last wins");
+        assert_eq!(pflag_value(&args, "--admin-port", false), Some("9192"));
+        let bools = ["--quitquitquit", "p:r:db", "--health-check=false"];
+        assert_eq!(pflag_value(&bools, "--quitquitquit", true), Some("true"));
+        assert_eq!(pflag_value(&bools, "--health-check", true), Some("false"));
+        assert_eq!(
+            pflag_value(&["--health-check", "false"], "--health-check", true),
+            Some("true")
+        );
+        assert_eq!(pflag_value(&["--http-portx=1"], "--http-port", false), None);
+    }
+
+    #[test]
+    fn docs_meshes_md_names_every_key_of_the_table() {
+        let docs = include_str!("../docs/meshes.md");
+        for mesh in MESHES {
+            let rules = mesh.opt_in.iter().chain(mesh.no_sidecar).chain(mesh.native);
+            let mut keys: Vec<&str> = rules.flat_map(|r| r.keys.iter().map(|k| k.name)).collect();
+            keys.extend(mesh.mark.as_ref().map(|m| m.key.name));
+            keys.extend(mesh.quit_switch.as_ref().map(|s| s.key.name));
+            keys.extend(mesh.movers.iter().map(|m| m.key.name));
+            for key in keys {
+                let short = key.rsplit_once('/').map_or(key, |(_, name)| name);
+                assert!(docs.contains(key) || docs.contains(short), "docs/meshes.md lacks {key}");
+            }
+            for (port, path) in mesh.ready.iter().chain(&mesh.quit) {
+                assert!(
+                    docs.contains(&format!("{port}{path}")) || docs.contains(path),
+                    "{port}{path}"
+                );
+            }
+        }
+        for s in [
+            &CLOUDSQL_HTTP_PORT,
+            &CLOUDSQL_HTTP_ADDRESS,
+            &CLOUDSQL_ADMIN_PORT,
+            &CLOUDSQL_QUITQUITQUIT,
+        ] {
+            assert!(docs.contains(s.flag), "docs/meshes.md lacks {}", s.flag);
+        }
+    }
+
+    #[test]
+    fn every_mesh_cites_its_sources() {
+        for mesh in MESHES {
+            let rules = mesh.opt_in.iter().chain(mesh.no_sidecar).chain(mesh.native);
+            let mut sources: Vec<&Source> = rules.map(|r| &r.source).collect();
+            sources.extend(mesh.mark.as_ref().map(|m| &m.source));
+            sources.extend(mesh.quit_switch.as_ref().map(|s| &s.source));
+            sources.extend(mesh.movers.iter().map(|m| &m.source));
+            sources.extend(mesh.argo_kill.iter().flat_map(|k| k.sources));
+            sources.push(&mesh.endpoints_source);
+            for s in sources {
+                assert!(
+                    s.repo.contains('/') && !s.path.is_empty() && !s.version.is_empty(),
+                    "{}: {s:?}",
+                    mesh.name
+                );
+            }
+        }
+    }
+}
