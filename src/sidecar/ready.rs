@@ -41,12 +41,11 @@
 //! chose the numbers from the same trade-off plot as the fast profile's.
 
 use std::cell::{Cell, RefCell};
-use std::time::Duration;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::time::{Duration, Instant};
 
-use tokio::time::Instant;
-
-use super::http::{self, Endpoint, Failure};
-use super::timer::Timer;
+use super::http::{Endpoint, Failure};
+use super::probe::{Probe, sleep_on};
 use crate::log;
 
 /// How the readiness wait spends its polls (`--poll`).
@@ -120,7 +119,34 @@ const fn numbers<const N: usize>(text: &[u8]) -> [u64; N] {
 enum Seen {
     Nothing,
     Refused,
-    Answered(String),
+    /// An answer that is not 2xx.
+    Status(u16),
+    /// No answer: why, and whether the sidecar took the connection (it closed
+    /// it or garbled the answer).
+    Failed(String, bool),
+}
+
+impl Seen {
+    /// Nothing listens: the state whose clock runs apart from every answer's.
+    fn refused(&self) -> bool {
+        *self == Seen::Refused
+    }
+
+    /// Something listens and took the connection.
+    fn answered(&self) -> bool {
+        matches!(self, Seen::Status(_) | Seen::Failed(_, true))
+    }
+}
+
+impl std::fmt::Display for Seen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Seen::Nothing => Ok(()),
+            Seen::Refused => f.write_str("connection refused"),
+            Seen::Status(status) => write!(f, "HTTP {status}"),
+            Seen::Failed(why, _) => f.write_str(why),
+        }
+    }
 }
 
 /// The delay before the next poll, given how long the endpoint has been in its state.
@@ -144,7 +170,7 @@ fn frugal_delay(in_wait: Duration) -> Duration {
 }
 
 /// What each ready URL last answered, for the progress lines and the
-/// timeout error. One runtime thread runs every poll, so plain cells do.
+/// timeout error. One thread runs every poll, so plain cells do.
 #[derive(Default)]
 pub struct Board {
     /// Per URL, in order: its last answer, or "ready".
@@ -178,92 +204,202 @@ impl Board {
     }
 }
 
-/// Polls every endpoint until each has answered 2xx once; returns the number
-/// of requests sent. Never returns otherwise: the caller bounds it.
-pub async fn wait_all(endpoints: &[Endpoint], request_timeout: Duration, profile: Profile, board: &Board) -> u32 {
-    super::join_all(
-        endpoints
-            .iter()
-            .zip(&board.last)
-            .map(|(e, last)| wait_one(e, request_timeout, profile, (last, &board.answered))),
-    )
-    .await
-    .into_iter()
-    .sum()
+/// What ended a stretch of the wait ([`Wait::run`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Woke {
+    /// Every URL has answered 2xx once, after this many requests in all.
+    Ready(u32),
+    /// The caller's `until` came.
+    Until,
+    /// The caller's descriptor is readable (a signal is queued).
+    Readable,
 }
 
-async fn wait_one(
-    endpoint: &Endpoint,
+/// The readiness wait: every ready URL polled on the profile's schedule from
+/// one loop, which sleeps in one `ppoll` until the next poll is due, an
+/// answer arrives, a request runs out of time, or the caller's descriptor
+/// turns readable. It never returns on its own otherwise: the caller
+/// bounds it (`until`).
+pub struct Wait<'e> {
+    urls: Vec<Url<'e>>,
     request_timeout: Duration,
     profile: Profile,
-    (last, answered): (&RefCell<String>, &Cell<bool>),
-) -> u32 {
-    let mut polls = 0;
-    let mut seen = Seen::Nothing;
-    let begun = Instant::now();
-    let mut since = begun;
-    let mut client = http::Client::new(endpoint);
-    // Made at the first sleep: most waits end at their first poll.
-    let mut timer: Option<Timer> = None;
-    loop {
-        polls += 1;
-        let started = Instant::now();
-        // While the port refuses, a bare connect says so at a fraction of a request's cost.
-        let result = if seen == Seen::Refused && endpoint.refuses() {
-            Err(Failure::Refused)
-        } else {
-            client.get(request_timeout).await
-        };
-        let now = match &result {
-            Ok(status) if (200..300).contains(status) => {
+    begun: Instant,
+    /// The poll set, kept between sleeps: the caller's descriptor first,
+    /// then one entry for each URL that waits on one (`owners` says which).
+    fds: Vec<libc::pollfd>,
+    owners: Vec<usize>,
+}
+
+/// One ready URL's place in the wait.
+struct Url<'e> {
+    endpoint: &'e Endpoint,
+    probe: Probe<'e>,
+    seen: Seen,
+    /// When its current state began (the fast profile's clock).
+    since: Instant,
+    /// When the poll under way began.
+    started: Instant,
+    /// When the next poll is due; `None` while one is under way or once ready.
+    due: Option<Instant>,
+    polls: u32,
+    ready: bool,
+}
+
+impl<'e> Wait<'e> {
+    /// A wait whose first poll of every URL is due at once.
+    pub fn new(endpoints: &'e [Endpoint], request_timeout: Duration, profile: Profile) -> Wait<'e> {
+        let begun = Instant::now();
+        let urls = endpoints
+            .iter()
+            .map(|endpoint| Url {
+                endpoint,
+                probe: Probe::new(endpoint),
+                seen: Seen::Nothing,
+                since: begun,
+                started: begun,
+                due: Some(begun),
+                polls: 0,
+                ready: false,
+            })
+            .collect();
+        Wait {
+            urls,
+            request_timeout,
+            profile,
+            begun,
+            fds: Vec::with_capacity(endpoints.len() + 1),
+            owners: Vec::with_capacity(endpoints.len()),
+        }
+    }
+
+    /// Polls until every URL has answered 2xx once, `until` comes, or
+    /// `wake` turns readable; may be called again after the last two.
+    pub fn run(&mut self, board: &Board, until: Instant, wake: BorrowedFd<'_>) -> Woke {
+        loop {
+            let now = Instant::now();
+            self.start_due(board, now);
+            if self.urls.iter().all(|u| u.ready) {
+                return Woke::Ready(self.urls.iter().map(|u| u.polls).sum());
+            }
+            if now >= until {
+                return Woke::Until;
+            }
+            let next = self.urls.iter().filter_map(Url::next_event).fold(until, Instant::min);
+            self.fill(wake.as_raw_fd());
+            sleep_on(&mut self.fds, next.saturating_duration_since(now));
+            if self.fds[0].revents != 0 {
+                return Woke::Readable;
+            }
+            let now = Instant::now();
+            for k in 1..self.fds.len() {
+                if self.fds[k].revents != 0 {
+                    let i = self.owners[k - 1];
+                    if let Some(result) = self.urls[i].probe.ready() {
+                        self.settle(i, result, now, board);
+                    }
+                }
+            }
+            for i in 0..self.urls.len() {
+                if self.urls[i].probe.deadline().is_some_and(|d| d <= now) {
+                    let result = self.urls[i].probe.time_out();
+                    self.settle(i, result, now, board);
+                }
+            }
+        }
+    }
+
+    /// Starts every poll that is due.
+    fn start_due(&mut self, board: &Board, now: Instant) {
+        for i in 0..self.urls.len() {
+            let url = &mut self.urls[i];
+            if url.due.is_none_or(|due| due > now) {
+                continue;
+            }
+            url.due = None;
+            url.polls += 1;
+            url.started = now;
+            if let Some(result) = url.probe.start(later(now, self.request_timeout)) {
+                self.settle(i, result, now, board);
+            }
+        }
+    }
+
+    /// The poll set: `wake`, then what each URL waits on.
+    fn fill(&mut self, wake: RawFd) {
+        let entry = |fd, events| libc::pollfd { fd, events, revents: 0 };
+        self.fds.clear();
+        self.owners.clear();
+        self.fds.push(entry(wake, libc::POLLIN));
+        for (i, url) in self.urls.iter().enumerate() {
+            if let Some((fd, events)) = url.probe.interest() {
+                self.fds.push(entry(fd, events));
+                self.owners.push(i);
+            }
+        }
+    }
+
+    /// One URL's answer (or its absence): done if 2xx, else noted (the log
+    /// and the board hear of changes only) and the next poll scheduled.
+    fn settle(&mut self, i: usize, result: Result<u16, Failure>, now: Instant, board: &Board) {
+        let url = &mut self.urls[i];
+        let now_seen = match result {
+            Ok(status) if (200..300).contains(&status) => {
                 log!(
                     Debug,
                     "ready url answered",
-                    url = &endpoint.url,
-                    status = *status,
-                    polls = polls
+                    url = &url.endpoint.url,
+                    status = status,
+                    polls = url.polls
                 );
-                *last.borrow_mut() = "ready".into();
-                answered.set(true);
-                return polls;
+                *board.last[i].borrow_mut() = "ready".into();
+                board.answered.set(true);
+                url.ready = true;
+                return;
             }
-            Ok(status) => {
-                answered.set(true);
-                Seen::Answered(format!("HTTP {status}"))
-            }
+            Ok(status) => Seen::Status(status),
             Err(Failure::Refused) => Seen::Refused,
-            Err(failure) => {
-                // A connection that was taken and closed, or garbled, is an answer.
-                answered.set(answered.get() || matches!(failure, Failure::Closed | Failure::Garbage(_)));
-                Seen::Answered(failure.to_string())
-            }
+            Err(failure) => Seen::Failed(
+                failure.to_string(),
+                matches!(failure, Failure::Closed | Failure::Garbage(_)),
+            ),
         };
-        if now != seen {
-            let what = match &now {
-                Seen::Refused => "connection refused".to_string(),
-                Seen::Answered(what) => what.clone(),
-                Seen::Nothing => String::new(),
-            };
-            log!(Debug, "sidecar not ready yet", url = &endpoint.url, saw = &what);
-            *last.borrow_mut() = what;
-            if std::mem::discriminant(&now) != std::mem::discriminant(&seen) {
-                since = started;
+        // An answer, or a connection that was taken and closed or garbled.
+        if now_seen.answered() {
+            board.answered.set(true);
+        }
+        if now_seen != url.seen {
+            let what = now_seen.to_string();
+            log!(Debug, "sidecar not ready yet", url = &url.endpoint.url, saw = &what);
+            *board.last[i].borrow_mut() = what;
+            if url.seen == Seen::Nothing || url.seen.refused() != now_seen.refused() {
+                url.since = url.started;
                 // A host name is looked up again once per change of state, not per poll.
-                if seen != Seen::Nothing {
-                    client.forget_addresses();
+                if url.seen != Seen::Nothing {
+                    url.probe.forget_addresses();
                 }
             }
-            seen = now;
+            url.seen = now_seen;
         }
-        let delay = profile.next_delay(since.elapsed(), begun.elapsed());
+        let delay = self.profile.next_delay(now - url.since, now - self.begun);
         // A poll that took long (a hanging endpoint) already waited; never poll
         // back-to-back, though, so a fast-failing answer cannot spin the CPU.
-        let waited = started.elapsed();
-        timer
-            .get_or_insert_with(Timer::new)
-            .sleep(delay.saturating_sub(waited).max(Duration::from_millis(1)))
-            .await;
+        let waited = now - url.started;
+        url.due = Some(later(now, delay.saturating_sub(waited).max(Duration::from_millis(1))));
     }
+}
+
+impl Url<'_> {
+    /// When this URL needs the loop next: its next poll, or its request's deadline.
+    fn next_event(&self) -> Option<Instant> {
+        self.due.or_else(|| self.probe.deadline())
+    }
+}
+
+/// `after` from `now`; a span too long for the clock means no bound in practice.
+fn later(now: Instant, after: Duration) -> Instant {
+    now.checked_add(after)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
 #[cfg(test)]
