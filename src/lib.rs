@@ -38,7 +38,7 @@ use cli::{Mode, Parsed};
 pub use config::EXIT_MESHWRAP_FAILED;
 use config::{Config, OnTimeout, QuitPolicy};
 use guard::{Hold, Quit};
-use sidecar::ready::Woke;
+use sidecar::ready::{Connections, Woke};
 use supervise::{Signals, signals};
 
 /// Runs meshwrap with these arguments; returns the process exit code.
@@ -135,8 +135,8 @@ pub fn run(config: &Config, signals: &mut Signals) -> u8 {
         },
         None => None,
     };
-    let seen_ready = match wait(config, &plan, signals) {
-        Ok(seen_ready) => seen_ready,
+    let (seen_ready, connections) = match wait(config, &plan, signals) {
+        Ok(waited) => waited,
         Err((code, once)) => {
             // The command must not run; the sidecars are quit first, as the
             // policy says, so the pod can still complete.
@@ -164,6 +164,7 @@ pub fn run(config: &Config, signals: &mut Signals) -> u8 {
     }
     let started = Instant::now();
     let child = spawn_command(config);
+    drop(connections);
     let rest = async {
         let code = match &child {
             Ok(child) => supervise_command(config, child, signals, started).await,
@@ -201,21 +202,22 @@ fn exec_allowed(config: &Config, plan: &sidecar::Plan) -> Result<(), String> {
     ))
 }
 
-/// The readiness phase: `Ok(seen_ready)` to go on and run the command, or
-/// `Err((exit code, once))` when it must not run: the caller quits the
-/// sidecars, once only (`once`) if none answered anything at all.
-fn wait(config: &Config, plan: &sidecar::Plan, signals: &mut Signals) -> Result<bool, (u8, bool)> {
+/// The readiness phase: `Ok((seen_ready, connections to close once the
+/// command has started))` to go on and run the command, or `Err((exit
+/// code, once))` when it must not run: the caller quits the sidecars, once
+/// only (`once`) if none answered anything at all.
+fn wait(config: &Config, plan: &sidecar::Plan, signals: &mut Signals) -> Result<(bool, Connections), (u8, bool)> {
     if !config.wait {
         log!(Info, "not waiting for the sidecar (--no-wait)");
-        return Ok(false);
+        return Ok((false, Connections::default()));
     }
     if plan.ready.is_empty() {
         log!(Info, "no ready URL to wait for; starting the command");
-        return Ok(false);
+        return Ok((false, Connections::default()));
     }
     let board = sidecar::ready::Board::new(plan.ready.len());
     let code = match wait_for_sidecars(config, &plan.ready, signals, &board) {
-        Waited::Ready => return Ok(true),
+        Waited::Ready(connections) => return Ok((true, connections)),
         Waited::TimedOut if config.on_timeout == OnTimeout::Run => {
             log!(
                 Warn,
@@ -224,7 +226,7 @@ fn wait(config: &Config, plan: &sidecar::Plan, signals: &mut Signals) -> Result<
                     board.pending(&plan.ready)
                 )
             );
-            return Ok(false);
+            return Ok((false, Connections::default()));
         }
         Waited::TimedOut => {
             let line = format!(
@@ -431,7 +433,7 @@ async fn quit_delay(config: &Config, signals: &mut Signals) {
 }
 
 enum Waited {
-    Ready,
+    Ready(Connections),
     TimedOut,
     Interrupted(libc::c_int),
 }
@@ -460,7 +462,7 @@ fn wait_for_sidecars(
                     after_ms = started.elapsed().as_millis(),
                     polls = polls
                 );
-                return Waited::Ready;
+                return Waited::Ready(wait.into_connections());
             }
             Woke::Until if deadline.is_some_and(|deadline| Instant::now() >= deadline) => return Waited::TimedOut,
             Woke::Until => {

@@ -5,7 +5,7 @@
 //! Sidecar admin endpoints are plain HTTP on loopback and answer in
 //! microseconds, and meshwrap needs only a GET's or an empty POST's status.
 //! A general client (hyper, with `http`'s header tables) cost a large share
-//! of a binary that must stay under 1 MiB; this is the part of HTTP/1.1
+//! of a binary that must stay under 1,024,000 bytes; this is the part of HTTP/1.1
 //! that those answers use. A quit gets a fresh connection. The readiness
 //! polls' GETs run without a runtime, on the connection the sidecar keeps
 //! open (`probe`), and share the request and head parsing here.

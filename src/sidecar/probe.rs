@@ -112,6 +112,12 @@ impl<'e> Probe<'e> {
         }
     }
 
+    /// Its sockets: the kept connection, the spare, the request's.
+    pub fn into_sockets(self) -> impl Iterator<Item = OwnedFd> {
+        let flight = self.flight.and_then(|f| f.socket);
+        self.kept.into_iter().chain(self.spare.map(|(s, _)| s)).chain(flight)
+    }
+
     /// Forgets the addresses a host name resolved to, so the next connect
     /// looks it up again: for when the endpoint's state has changed.
     pub fn forget_addresses(&mut self) {
