@@ -215,6 +215,34 @@ fn polls_reuse_the_connection_the_sidecar_keeps_open() {
 }
 
 #[test]
+fn the_kept_connection_is_closed_once_the_command_has_started() {
+    // meshwrap closes the connection its polls kept open only after the
+    // command has started (a close sends a FIN the start need not wait
+    // for), but then at once: the sidecar does not see it held for the run.
+    // Within 3 s: the fake itself gives up on an idle connection after 10.
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_ready(&[Reply::Status(503), Reply::Status(200)]);
+    let mut mw = wrapped(&sidecar)
+        .args(["sh", "-c", "echo started; cat >/dev/null"])
+        .spawn();
+    mw.wait_stdout("started");
+    let closed = sidecar.closed_by_client_within(0, std::time::Duration::from_secs(3));
+    mw.close_stdin();
+    let run = mw.finish();
+    run.assert_code(0);
+    run.check(
+        closed,
+        "the readiness connection was still open 3 s into the command's run",
+    );
+    assert_eq!(sidecar.polls(), 2);
+    assert_eq!(
+        sidecar.requests()[1].connection,
+        0,
+        "the second poll reused the kept connection"
+    );
+}
+
+#[test]
 fn a_sidecar_that_closes_connections_is_polled_on_new_ones() {
     for connections in [Connections::CloseEach, Connections::DropIdle] {
         let (sidecar, run) = four_polls(connections);
