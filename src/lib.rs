@@ -23,6 +23,7 @@ pub mod alloc;
 pub mod cli;
 pub mod config;
 pub mod duration;
+pub mod environ;
 pub mod guard;
 pub mod install;
 pub mod log;
