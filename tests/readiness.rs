@@ -316,6 +316,33 @@ fn frugal_polls_at_once_then_from_one_second_on() {
 }
 
 #[test]
+fn frugal_polls_once_per_point_of_its_grid_with_a_timer_that_fires_on_time() {
+    // A real-time process has no timer slack: its sleeps end on time. Taking
+    // each poll's own duration off the frugal grid once put the next poll
+    // that much early, and the one after just past the grid point: two polls
+    // where one was due (6 in 2.5 s). At 0, 1.0, 1.4, 1.8 and 2.2 s: 5.
+    let test = "frugal_polls_once_per_point_of_its_grid";
+    if skip_unless_able(test, lacks_root_or(&["/usr/bin/chrt"])) {
+        return;
+    }
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_ready(&[Reply::Status(503)]);
+    let mut mw = Meshwrap::program("/usr/bin/chrt");
+    mw.args(["--fifo", "10"]).arg(crate::support::command::meshwrap_bin());
+    let run = mw
+        .args(sidecar.flags())
+        .args(["--poll", "frugal", "--timeout", "2500ms", "--quit-policy", "never"])
+        .args(MARKER)
+        .run();
+    run.assert_code(125);
+    let polls = sidecar.polls();
+    run.check(
+        polls == 5,
+        &format!("{polls} polls in 2.5 s with --poll frugal, expected 5"),
+    );
+}
+
+#[test]
 fn frugal_starts_the_command_on_its_first_poll_of_a_ready_sidecar() {
     let sidecar = FakeSidecar::ready();
     wrapped(&sidecar)

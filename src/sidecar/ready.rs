@@ -64,13 +64,21 @@ pub enum Profile {
 }
 
 impl Profile {
-    /// The delay before the next poll, `in_state` after the endpoint entered
-    /// its state and `in_wait` after the wait began.
-    fn next_delay(self, in_state: Duration, in_wait: Duration) -> Duration {
-        match self {
-            Profile::Fast => next_delay(in_state),
+    /// How long after a poll that took `took` the next one is due, the poll
+    /// having ended `in_state` after the endpoint entered its state and
+    /// `in_wait` after the wait began. The fast interval counts from the
+    /// poll's start, so a poll that took long (a hanging endpoint) has
+    /// already waited; the frugal grid counts from the wait's start, so it
+    /// is not shifted (taking `took` off it again put each grid poll early
+    /// by as much, and a timer that fires on time then polled twice: just
+    /// before the grid point and just after). Never back-to-back, so a
+    /// fast-failing answer cannot spin the CPU.
+    fn wait_after(self, took: Duration, in_state: Duration, in_wait: Duration) -> Duration {
+        let wait = match self {
+            Profile::Fast => next_delay(in_state).saturating_sub(took),
             Profile::Frugal => frugal_delay(in_wait),
-        }
+        };
+        wait.max(Duration::from_millis(1))
     }
 }
 
@@ -160,17 +168,20 @@ fn next_delay(in_state: Duration) -> Duration {
 }
 
 /// The frugal delay before the next poll, `in_wait` after the wait began:
-/// on a grid (FROM, FROM + STEP, ...) until UNTIL, so a slow poll does not
-/// shift the polls after it; then LATER.
+/// on a grid (FROM, FROM + STEP, ...) until UNTIL, then (UNTIL + LATER, ...),
+/// so a slow poll does not shift the polls after it.
 fn frugal_delay(in_wait: Duration) -> Duration {
     let [from, step, until, later] = FRUGAL.map(Duration::from_millis);
+    let to_next = |start: Duration, step: Duration| {
+        let into_step = (in_wait - start).as_nanos() % step.as_nanos();
+        step - Duration::from_nanos(into_step as u64)
+    };
     if in_wait < from {
         from - in_wait
     } else if in_wait < until {
-        let into_step = (in_wait - from).as_nanos() % step.as_nanos();
-        step - Duration::from_nanos(into_step as u64)
+        to_next(from, step)
     } else {
-        later
+        to_next(until, later)
     }
 }
 
@@ -403,11 +414,10 @@ impl<'e> Wait<'e> {
             }
             url.seen = now_seen;
         }
-        let delay = self.profile.next_delay(now - url.since, now - self.begun);
-        // A poll that took long (a hanging endpoint) already waited; never poll
-        // back-to-back, though, so a fast-failing answer cannot spin the CPU.
-        let waited = now - url.started;
-        url.due = Some(later(now, delay.saturating_sub(waited).max(Duration::from_millis(1))));
+        let wait = self
+            .profile
+            .wait_after(now - url.started, now - url.since, now - self.begun);
+        url.due = Some(later(now, wait));
     }
 }
 
@@ -433,17 +443,23 @@ mod tests {
         poll_times(Profile::Fast, span).1
     }
 
-    /// When `profile` polls within `span` (ms) of a wait in one state; the
-    /// number of polls and the last interval.
+    /// When `profile` polls within `span` (ms) of a wait in one state, each
+    /// poll taking no time; the number of polls and the last interval.
     fn poll_times(profile: Profile, span: Duration) -> (Vec<u64>, (u32, Duration)) {
-        let (mut t, mut delay, mut at) = (Duration::ZERO, Duration::ZERO, Vec::new());
+        poll_times_taking(profile, span, Duration::ZERO)
+    }
+
+    /// The same with polls that take `took`, and a timer that fires on time.
+    fn poll_times_taking(profile: Profile, span: Duration, took: Duration) -> (Vec<u64>, (u32, Duration)) {
+        let (mut t, mut interval, mut at) = (Duration::ZERO, Duration::ZERO, Vec::new());
         while t < span {
             at.push(t.as_millis() as u64);
-            delay = profile.next_delay(t, t);
-            t += delay;
+            let end = t + took;
+            let next = end + profile.wait_after(took, end, end);
+            (interval, t) = (next - t, next);
         }
         let polls = at.len() as u32;
-        (at, (polls, delay))
+        (at, (polls, interval))
     }
 
     #[test]
@@ -455,6 +471,18 @@ mod tests {
         // On the grid: a poll that ended late does not shift the next one.
         assert_eq!(frugal_delay(Duration::from_millis(1450)), Duration::from_millis(350));
         assert_eq!(frugal_delay(Duration::from_millis(3)), Duration::from_millis(997));
+        // Polls that take time stay on the grid, once per grid point.
+        let (at, _) = poll_times_taking(Profile::Frugal, Duration::from_secs(5), Duration::from_millis(7));
+        assert_eq!(at, [0, 1000, 1400, 1800, 2200, 2600, 3000, 4000]);
+    }
+
+    #[test]
+    fn a_fast_interval_counts_from_the_polls_start() {
+        let (at, _) = poll_times_taking(Profile::Fast, Duration::from_millis(40), Duration::from_millis(3));
+        assert_eq!(at, [0, 10, 20, 30]);
+        // A hanging poll (cut at its request timeout) is followed after a millisecond.
+        let took = Duration::from_secs(1);
+        assert_eq!(Profile::Fast.wait_after(took, took, took), Duration::from_millis(1));
     }
 
     #[test]
