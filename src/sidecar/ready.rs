@@ -303,13 +303,18 @@ impl<'e> Wait<'e> {
     /// `wake` turns readable; may be called again after the last two.
     pub fn run(&mut self, board: &Board, until: Instant, wake: BorrowedFd<'_>) -> Woke {
         loop {
-            let now = Instant::now();
-            self.start_due(board, now);
             if self.urls.iter().all(|u| u.ready) {
                 return Woke::Ready(self.urls.iter().map(|u| u.polls).sum());
             }
+            let now = Instant::now();
+            // Before starting a poll that is due as well: its answer would
+            // come after `until` (`--timeout`, or a progress line first).
             if now >= until {
                 return Woke::Until;
+            }
+            self.start_due(board, now);
+            if self.urls.iter().all(|u| u.ready) {
+                continue;
             }
             let next = self.urls.iter().filter_map(Url::next_event).fold(until, Instant::min);
             self.fill(wake.as_raw_fd());
