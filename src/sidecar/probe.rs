@@ -266,9 +266,18 @@ impl<'e> Probe<'e> {
         match error.kind() {
             // Still connecting (not on loopback), or a full buffer: wait for POLLOUT.
             io::ErrorKind::WouldBlock => None,
-            _ if flight.reused => self.retry_on_new_connection(),
-            _ if flight.sent == 0 => self.failed_connect(error.into()),
-            _ => self.finish(Err(error.into())),
+            _ if flight.sent == 0 && !flight.reused => self.failed_connect(error.into()),
+            _ => self.broken(error.into()),
+        }
+    }
+
+    /// The connection failed before the answer: a kept one the sidecar
+    /// closed under the request is tried once more, on a new connection.
+    fn broken(&mut self, failure: Failure) -> Option<Result<u16, Failure>> {
+        let reused = self.flight.as_ref().is_some_and(|f| f.reused);
+        match failure {
+            Failure::Closed if reused => self.retry_on_new_connection(),
+            failure => self.finish(Err(failure)),
         }
     }
 
@@ -278,11 +287,10 @@ impl<'e> Probe<'e> {
         let socket = flight.socket.as_ref()?.as_raw_fd();
         let buf = &mut self.buf;
         match read_some(socket, buf) {
-            Ok(Some(0)) if flight.reused => return self.retry_on_new_connection(),
-            Ok(Some(0)) => return self.finish(Err(Failure::Closed)),
             Ok(None) => return None,
+            Ok(Some(0)) => return self.broken(Failure::Closed),
             Ok(Some(_)) => {}
-            Err(e) => return self.finish(Err(e.into())),
+            Err(e) => return self.broken(e.into()),
         }
         loop {
             let head = match http::parse_head(buf) {
