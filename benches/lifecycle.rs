@@ -1280,9 +1280,10 @@ impl Bench {
         }
     }
 
-    /// System calls per poll (strace -c -f): a 2 s wait less a 1 ms one, per
-    /// poll, for a 503-answering sidecar and a refused port (whose polls are
-    /// the refused connects).
+    /// System calls per poll (strace -f): a 2 s wait less a 1 ms one, per
+    /// poll, for a 503-answering sidecar (its requests are the polls) and a
+    /// refused port (the polls are the connects refused: one each, however
+    /// many calls a poll makes).
     fn syscalls_per_poll(&self) {
         let traced = |refused: bool, timeout: &str| -> Option<(u64, u64)> {
             let sidecar = Sidecar::new();
@@ -1291,7 +1292,7 @@ impl Bench {
             }
             let out = std::env::temp_dir().join(format!("meshwrap-bench-strace.{}", std::process::id()));
             let status = Command::new("strace")
-                .args(["-c", "-f", "-o"])
+                .args(["-f", "-o"])
                 .arg(&out)
                 .args([meshwrap_bin(), "-q", "--ready-url", &sidecar.ready_url()])
                 .args(["--quit-policy", "never", "--timeout", timeout, "--", "/bin/true"])
@@ -1299,23 +1300,17 @@ impl Bench {
                 .stderr(Stdio::null())
                 .status()
                 .ok()?;
-            let table = std::fs::read_to_string(&out).ok();
+            let trace = std::fs::read_to_string(&out).ok();
             let _ = std::fs::remove_file(&out);
-            let table = table.filter(|_| status.code().is_some())?;
-            // Columns: % time, seconds, usecs/call, calls, [errors,] syscall.
-            let (mut calls, mut refusals) = (0, 0);
-            for line in table.lines().filter(|l| !l.contains("total")) {
-                let fields: Vec<&str> = line.split_whitespace().collect();
-                let Some(n) = fields.get(3).and_then(|f| f.parse::<u64>().ok()) else {
-                    continue;
-                };
-                calls += n;
-                if fields.len() == 6 && fields[5] == "connect" {
-                    refusals = fields[4].parse().unwrap_or(0);
-                }
-            }
+            let trace = trace.filter(|_| status.code().is_some())?;
+            // One line a call; not the process's exit or a signal's delivery,
+            // nor the second half of a call another thread interrupted.
+            let calls = trace
+                .lines()
+                .filter(|l| !l.contains("+++") && !l.contains("---") && !l.contains("resumed>"))
+                .count() as u64;
             let polls = if refused {
-                refusals
+                trace.lines().filter(|l| l.contains("ECONNREFUSED")).count() as u64
             } else {
                 sidecar.requests.load(Ordering::SeqCst)
             };
@@ -1328,7 +1323,7 @@ impl Bench {
         };
         match (per_poll(false), per_poll(true)) {
             (Some(answered), Some(refused)) => self.row(
-                "system calls per poll (strace -c -f: a 2 s wait less a 1 ms one, per poll): 503-answering sidecar / refused",
+                "system calls per poll (strace -f: a 2 s wait less a 1 ms one, per poll): 503-answering sidecar / refused",
                 format!("{answered:.1} / {refused:.1}"),
                 "".into(),
                 "",
