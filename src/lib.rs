@@ -23,6 +23,7 @@ pub mod alloc;
 pub mod cli;
 pub mod config;
 pub mod duration;
+pub mod environ;
 pub mod guard;
 pub mod install;
 pub mod log;
@@ -32,12 +33,14 @@ pub mod sidecar;
 pub mod supervise;
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::time::Instant;
 
 use cli::{Mode, Parsed};
 pub use config::EXIT_MESHWRAP_FAILED;
 use config::{Config, OnTimeout, QuitPolicy};
 use guard::{Hold, Quit};
+use sidecar::ready::{Connections, Woke};
 use supervise::{Signals, signals};
 
 /// Runs meshwrap with these arguments; returns the process exit code.
@@ -56,47 +59,53 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
         }
         _ => (Mode::Wrap, args),
     };
-    // Before the runtime: every thread must inherit the mask (see `signals`).
+    // Before anything else: every thread must inherit the mask (see `signals`).
     if let Err(e) = signals::block() {
         return internal_error("cannot block signals", e);
     }
-    // Blocking threads run only host-name lookups, one at a time per URL
-    // (see `sidecar::http`); the cap bounds them even if a resolver hangs.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    let mut signals = match Signals::open() {
+        Ok(signals) => signals,
+        Err(e) => return internal_error("cannot open a signalfd", e),
+    };
+    match cli::parse(args, mode) {
+        Parsed::Run(config) if mode == Mode::Guard => {
+            on_runtime(guard(&config, &mut signals)).unwrap_or_else(|e| internal_error("cannot start the runtime", e))
+        }
+        Parsed::Run(config) => run(&config, &mut signals),
+        Parsed::Print(text) => {
+            log::stdout(&text);
+            0
+        }
+        Parsed::Invalid(line) => {
+            log::stderr_line(&format!("meshwrap: {line}"));
+            // The flags are not to be trusted: the default place.
+            log::termination_message(
+                std::path::Path::new(config::DEFAULT_TERMINATION_LOG),
+                &format!("meshwrap: {line}"),
+            );
+            EXIT_MESHWRAP_FAILED
+        }
+    }
+}
+
+/// Runs `work` on a current-thread runtime made for it. A process makes at
+/// most one, and only for what is left once the command has started (or
+/// cannot): supervising it, `--quit-delay`, the quit; or the guard. Parsing,
+/// the readiness wait and the spawn need none, so a start does not pay for
+/// one before the command runs.
+fn on_runtime(work: impl Future<Output = u8>) -> std::io::Result<u8> {
+    // Blocking threads run only host-name lookups of quit URLs, one at a
+    // time per URL (see `sidecar::http`); the cap bounds them even if a
+    // resolver hangs.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .max_blocking_threads(4)
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => return internal_error("cannot start the runtime", e),
-    };
-    let code = runtime.block_on(async {
-        let mut signals = match Signals::install() {
-            Ok(signals) => signals,
-            Err(e) => return internal_error("cannot open a signalfd", e),
-        };
-        match cli::parse(args, mode) {
-            Parsed::Run(config) if mode == Mode::Guard => guard(&config, &mut signals).await,
-            Parsed::Run(config) => run(&config, &mut signals).await,
-            Parsed::Print(text) => {
-                log::stdout(&text);
-                0
-            }
-            Parsed::Invalid(line) => {
-                log::stderr_line(&format!("meshwrap: {line}"));
-                // The flags are not to be trusted: the default place.
-                log::termination_message(
-                    std::path::Path::new(config::DEFAULT_TERMINATION_LOG),
-                    &format!("meshwrap: {line}"),
-                );
-                EXIT_MESHWRAP_FAILED
-            }
-        }
-    });
+        .build()?;
+    let code = runtime.block_on(work);
     // Not a plain drop, which waits for every blocking thread: a host-name
     // lookup stuck in a silent resolver would hold meshwrap's exit.
     runtime.shutdown_background();
-    code
+    Ok(code)
 }
 
 fn internal_error(what: &str, error: std::io::Error) -> u8 {
@@ -105,7 +114,7 @@ fn internal_error(what: &str, error: std::io::Error) -> u8 {
 }
 
 /// The lifecycle after parsing: wait, spawn, supervise, quit, exit code.
-pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
+pub fn run(config: &Config, signals: &mut Signals) -> u8 {
     log::init(config.log_level, config.log_format);
     let plan = sidecar::plan(
         &config.ready_urls,
@@ -115,18 +124,26 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
         config.auto,
     );
     if let Err(line) = exec_allowed(config, &plan) {
-        return refused(config, &plan, &line).await;
+        return refused(config, &plan, &line);
     }
     let mut hold = match &config.guard_dir {
         Some(dir) => match Hold::take(dir, config.quit_policy) {
             Ok(hold) => Some(hold),
-            Err(line) => return refused(config, &plan, &line).await,
+            Err(line) => return refused(config, &plan, &line),
         },
         None => None,
     };
-    let seen_ready = match wait(config, &plan, signals, &mut hold).await {
-        Ok(seen_ready) => seen_ready,
-        Err(code) => return code,
+    let (seen_ready, connections) = match wait(config, &plan, signals) {
+        Ok(waited) => waited,
+        Err((code, once)) => {
+            // The command must not run; the sidecars are quit first, as the
+            // policy says, so the pod can still complete.
+            let quit = async {
+                quit_sidecars(config, &plan.quit, code, (false, once), &mut hold).await;
+                code
+            };
+            return on_runtime(quit).unwrap_or_else(|e| internal_error("cannot start the runtime", e));
+        }
     };
     if config.exec {
         return exec(config, signals, &mut hold);
@@ -143,23 +160,44 @@ pub async fn run(config: &Config, signals: &mut Signals) -> u8 {
     if let Some(hold) = &mut hold {
         hold.running(seen_ready);
     }
-    let code = run_command(config, signals).await;
-    if quitting(config, &plan.quit, code) {
-        quit_delay(config, signals).await;
+    let started = Instant::now();
+    let child = spawn_command(config);
+    drop(connections);
+    let rest = async {
+        let code = match &child {
+            Ok(child) => supervise_command(config, child, signals, started).await,
+            Err(code) => *code,
+        };
+        if quitting(config, &plan.quit, code) {
+            quit_delay(config, signals).await;
+        }
+        quit_sidecars(config, &plan.quit, code, (seen_ready, false), &mut hold).await;
+        code
+    };
+    match on_runtime(rest) {
+        Ok(code) => code,
+        Err(e) => {
+            // Nothing could supervise the command: it goes, with meshwrap.
+            if let Ok(child) = &child {
+                child.kill_now();
+            }
+            internal_error("cannot start the runtime; stopped the command", e)
+        }
     }
-    quit_sidecars(config, &plan.quit, code, (seen_ready, false), &mut hold).await;
-    code
 }
 
 /// meshwrap's own failure before the wait (`--exec` refused, a
 /// `--guard-dir` it cannot take): the line on stderr and in the termination
 /// log, and the quit as the policy says for exit 125, since a sidecar may
 /// be running that nothing else will quit. The command never runs.
-async fn refused(config: &Config, plan: &sidecar::Plan, line: &str) -> u8 {
+fn refused(config: &Config, plan: &sidecar::Plan, line: &str) -> u8 {
     log::stderr_line(&format!("meshwrap: {line}"));
     terminated(config, line);
-    quit_sidecars(config, &plan.quit, EXIT_MESHWRAP_FAILED, (false, false), &mut None).await;
-    EXIT_MESHWRAP_FAILED
+    let quit = async {
+        quit_sidecars(config, &plan.quit, EXIT_MESHWRAP_FAILED, (false, false), &mut None).await;
+        EXIT_MESHWRAP_FAILED
+    };
+    on_runtime(quit).unwrap_or_else(|e| internal_error("cannot start the runtime", e))
 }
 
 /// `--exec` leaves nothing behind to quit the sidecars, so it is refused
@@ -176,26 +214,22 @@ fn exec_allowed(config: &Config, plan: &sidecar::Plan) -> Result<(), String> {
     ))
 }
 
-/// The readiness phase: `Ok(seen_ready)` to go on and run the command, or
-/// `Err(exit code)` when it must not run (the sidecars are quit first, as
-/// the policy says, so the pod can still complete).
-async fn wait(
-    config: &Config,
-    plan: &sidecar::Plan,
-    signals: &mut Signals,
-    hold: &mut Option<Hold>,
-) -> Result<bool, u8> {
+/// The readiness phase: `Ok((seen_ready, connections to close once the
+/// command has started))` to go on and run the command, or `Err((exit
+/// code, once))` when it must not run: the caller quits the sidecars, once
+/// only (`once`) if none answered anything at all.
+fn wait(config: &Config, plan: &sidecar::Plan, signals: &mut Signals) -> Result<(bool, Connections), (u8, bool)> {
     if !config.wait {
         log!(Info, "not waiting for the sidecar (--no-wait)");
-        return Ok(false);
+        return Ok((false, Connections::default()));
     }
     if plan.ready.is_empty() {
         log!(Info, "no ready URL to wait for; starting the command");
-        return Ok(false);
+        return Ok((false, Connections::default()));
     }
     let board = sidecar::ready::Board::new(plan.ready.len());
-    let code = match wait_for_sidecars(config, &plan.ready, signals, &board).await {
-        Waited::Ready => return Ok(true),
+    let code = match wait_for_sidecars(config, &plan.ready, signals, &board) {
+        Waited::Ready(connections) => return Ok((true, connections)),
         Waited::TimedOut if config.on_timeout == OnTimeout::Run => {
             log!(
                 Warn,
@@ -204,7 +238,7 @@ async fn wait(
                     board.pending(&plan.ready)
                 )
             );
-            return Ok(false);
+            return Ok((false, Connections::default()));
         }
         Waited::TimedOut => {
             let line = format!(
@@ -231,9 +265,7 @@ async fn wait(
     };
     // A sidecar that answered nothing in the whole wait is most likely not
     // there: one quit attempt, not --quit-timeout's retries (see quit_all).
-    let once = !board.answered();
-    quit_sidecars(config, &plan.quit, code, (false, once), hold).await;
-    Err(code)
+    Err((code, !board.answered()))
 }
 
 /// One line for the pod's status (`--termination-log`), on meshwrap's own
@@ -413,46 +445,55 @@ async fn quit_delay(config: &Config, signals: &mut Signals) {
 }
 
 enum Waited {
-    Ready,
+    Ready(Connections),
     TimedOut,
     Interrupted(libc::c_int),
 }
 
 /// Polls the ready URLs, bounded by `--timeout`, until done or interrupted;
-/// says what it waits for at growing intervals.
-async fn wait_for_sidecars(
+/// says what it waits for at growing intervals. No runtime: the wait sleeps
+/// in one `ppoll` on the sidecars' sockets and the signalfd (`sidecar::ready`).
+fn wait_for_sidecars(
     config: &Config,
     ready: &[sidecar::Endpoint],
     signals: &mut Signals,
     board: &sidecar::ready::Board,
 ) -> Waited {
-    let started = tokio::time::Instant::now();
-    let wait = sidecar::ready::wait_all(ready, config.request_timeout, config.poll, board);
-    let deadline = async {
-        match config.timeout {
-            Some(timeout) => tokio::time::sleep(timeout).await,
-            None => std::future::pending().await,
-        }
-    };
-    let (mut wait, mut deadline) = (std::pin::pin!(wait), std::pin::pin!(deadline));
+    let started = Instant::now();
+    let deadline = config.timeout.and_then(|timeout| started.checked_add(timeout));
+    let mut wait = sidecar::ready::Wait::new(ready, config.request_timeout, config.poll);
     let mut said = 0;
     loop {
-        let progress = tokio::time::sleep_until(started + progress_after(said));
-        tokio::select! {
-            polls = &mut wait => {
-                log!(Info, "sidecar ready", after_ms = started.elapsed().as_millis(), polls = polls);
-                return Waited::Ready;
+        let progress = started + progress_after(said);
+        let until = deadline.map_or(progress, |deadline| deadline.min(progress));
+        match wait.run(board, until, signals.fd()) {
+            Woke::Ready(polls) => {
+                log!(
+                    Info,
+                    "sidecar ready",
+                    after_ms = started.elapsed().as_millis(),
+                    polls = polls
+                );
+                return Waited::Ready(wait.into_connections());
             }
-            () = &mut deadline => return Waited::TimedOut,
-            () = progress => {
+            Woke::Until if deadline.is_some_and(|deadline| Instant::now() >= deadline) => return Waited::TimedOut,
+            Woke::Until => {
                 progress_line(config, ready, board, started.elapsed(), said == 0);
                 said += 1;
             }
-            sig = signals.recv() => match sig {
-                sig if signals::is_termination(sig) => return Waited::Interrupted(sig),
-                libc::SIGCHLD => supervise::reap_orphans(),
-                sig => log!(Debug, "ignored a signal while waiting for the sidecar", signal = &signals::name(sig)),
-            },
+            Woke::Readable => {
+                while let Some(sig) = signals.try_recv() {
+                    match sig {
+                        sig if signals::is_termination(sig) => return Waited::Interrupted(sig),
+                        libc::SIGCHLD => supervise::reap_orphans(),
+                        sig => log!(
+                            Debug,
+                            "ignored a signal while waiting for the sidecar",
+                            signal = &signals::name(sig)
+                        ),
+                    }
+                }
+            }
         }
     }
 }
@@ -496,22 +537,13 @@ fn progress_line(
     );
 }
 
-/// Spawns and supervises the command; returns meshwrap's exit code for it.
-async fn run_command(config: &Config, signals: &mut Signals) -> u8 {
+/// Starts the command; on failure, meshwrap's exit code for it (126, 127).
+fn spawn_command(config: &Config) -> Result<supervise::Child, u8> {
     let program = config.command.first().map(|p| p.to_string_lossy()).unwrap_or_default();
-    let started = Instant::now();
     match supervise::spawn(&config.command) {
         Ok(child) => {
             log!(Info, "command started", pid = child.pid, command = &*program);
-            let status = child.supervise(config.forward_to, signals).await;
-            log!(
-                Info,
-                "command ended",
-                status = &status.describe(),
-                code = status.exit_code(),
-                ms = started.elapsed().as_millis()
-            );
-            status.exit_code()
+            Ok(child)
         }
         Err(e) => {
             let why = if e.code == 127 {
@@ -526,9 +558,22 @@ async fn run_command(config: &Config, signals: &mut Signals) -> u8 {
                 error = &e.error.to_string(),
                 code = e.code
             );
-            e.code
+            Err(e.code)
         }
     }
+}
+
+/// Supervises the started command; returns meshwrap's exit code for it.
+async fn supervise_command(config: &Config, child: &supervise::Child, signals: &mut Signals, started: Instant) -> u8 {
+    let status = child.supervise(config.forward_to, signals).await;
+    log!(
+        Info,
+        "command ended",
+        status = &status.describe(),
+        code = status.exit_code(),
+        ms = started.elapsed().as_millis()
+    );
+    status.exit_code()
 }
 
 /// Quits the sidecars if the policy says so, after a run that ended with

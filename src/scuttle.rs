@@ -43,7 +43,9 @@ pub struct Scuttle {
 
 /// Reads scuttle's variables from the environment; `None` when none is set.
 pub fn from_env() -> Result<Option<Scuttle>, String> {
-    from_vars(|name| std::env::var(name).ok())
+    // One pass over the environment for these variables (`environ`).
+    let environ = crate::environ::Environ::with_names(&VARS);
+    from_vars(|name| environ.var(name))
 }
 
 /// Reads scuttle's variables through `get`; `None` when none of them is set.

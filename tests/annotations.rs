@@ -359,13 +359,21 @@ fn auto_follows_the_ports_the_pods_annotations_moved() {
 /// The quit URLs of a run's plan: `--exec` refuses to run while a quit is
 /// due, and names them.
 fn planned_quits(file: &std::path::Path) -> String {
+    // The refusal quits what it names (nothing listens here: one attempt
+    // each, within the short budget); its own line lists the plan.
     let run = Meshwrap::new()
-        .args(["--exec", "--pod-annotations"])
+        .args(["--exec", "--quit-timeout", "1ms", "--pod-annotations"])
         .arg(file)
         .args(["--", "true"])
         .run();
     run.assert_code(125);
-    run.stderr.lines().last().unwrap_or("").to_string()
+    let refusal = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("--exec: meshwrap would have to stay"));
+    refusal
+        .unwrap_or_else(|| panic!("no --exec refusal in:\n{}", run.stderr))
+        .to_string()
 }
 
 #[test]

@@ -85,3 +85,55 @@ fn as_pid1_the_libc_reserved_signals_32_to_34_reach_the_command() {
     assert_eq!(unsafe { libc::kill(meshwrap, libc::SIGTERM) }, 0);
     mw.finish().assert_code(0);
 }
+
+#[test]
+fn as_pid1_orphans_are_reaped_while_waiting_for_the_sidecar() {
+    // The readiness wait reads the signalfd itself (no runtime yet): a
+    // SIGCHLD for an orphan the namespace hands PID 1 must be reaped there
+    // too, or a zombie would sit in the process table for the whole wait.
+    let test = "as_pid1_orphans_are_reaped_while_waiting";
+    let Some(mut mw) = as_pid1(test) else { return };
+    if skip_unless_able(test, lacks(&["/usr/bin/nsenter"])) {
+        return;
+    }
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_ready(&[Reply::Status(503)]);
+    let mut mw = mw
+        .args(sidecar.flags())
+        .args(["-v", "--timeout", "30s", "true"])
+        .spawn();
+    mw.wait_stderr("saw=\"HTTP 503\"");
+    let meshwrap = crate::support::pod::child_of(mw.pid());
+    // A shell in meshwrap's PID namespace starts a sleep and exits: the
+    // sleep is an orphan, and the namespace's init, meshwrap, adopts it.
+    let entered = std::process::Command::new("/usr/bin/nsenter")
+        .args(["-t", &meshwrap.to_string(), "-p", "--", "sh", "-c", "sleep 1 & exit 0"])
+        .status()
+        .unwrap();
+    assert!(entered.success(), "nsenter: {entered}");
+    let children = || std::fs::read_to_string(format!("/proc/{meshwrap}/task/{meshwrap}/children")).unwrap_or_default();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let orphan = loop {
+        if let Some(pid) = children().split_whitespace().next() {
+            break pid.to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "meshwrap never adopted the orphan"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    // Once the sleep exits, its zombie must go: reaped by meshwrap.
+    while std::path::Path::new(&format!("/proc/{orphan}")).exists() {
+        let state = std::fs::read_to_string(format!("/proc/{orphan}/stat")).unwrap_or_default();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the orphan {orphan} was not reaped during the wait: {state}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    sidecar.set_ready(&[Reply::Status(200)]);
+    mw.finish()
+        .assert_code(0)
+        .assert_stderr_has("reaped orphaned processes");
+}

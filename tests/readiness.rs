@@ -215,6 +215,34 @@ fn polls_reuse_the_connection_the_sidecar_keeps_open() {
 }
 
 #[test]
+fn the_kept_connection_is_closed_once_the_command_has_started() {
+    // meshwrap closes the connection its polls kept open only after the
+    // command has started (a close sends a FIN the start need not wait
+    // for), but then at once: the sidecar does not see it held for the run.
+    // Within 3 s: the fake itself gives up on an idle connection after 10.
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_ready(&[Reply::Status(503), Reply::Status(200)]);
+    let mut mw = wrapped(&sidecar)
+        .args(["sh", "-c", "echo started; cat >/dev/null"])
+        .spawn();
+    mw.wait_stdout("started");
+    let closed = sidecar.closed_by_client_within(0, std::time::Duration::from_secs(3));
+    mw.close_stdin();
+    let run = mw.finish();
+    run.assert_code(0);
+    run.check(
+        closed,
+        "the readiness connection was still open 3 s into the command's run",
+    );
+    assert_eq!(sidecar.polls(), 2);
+    assert_eq!(
+        sidecar.requests()[1].connection,
+        0,
+        "the second poll reused the kept connection"
+    );
+}
+
+#[test]
 fn a_sidecar_that_closes_connections_is_polled_on_new_ones() {
     for connections in [Connections::CloseEach, Connections::DropIdle] {
         let (sidecar, run) = four_polls(connections);
@@ -242,8 +270,8 @@ fn a_body_that_trails_its_head_does_not_hold_up_the_command() {
 
 #[test]
 fn polls_are_paced_by_the_schedule() {
-    // 503 for the whole 1 s wait: the schedule (5 ms, then 1 ms more per 32 ms)
-    // sends about 63 polls. A timer that never fired would send 1, one that
+    // 503 for the whole 1 s wait: the schedule (10 ms, then 1 ms more per 80 ms)
+    // sends about 65 polls. A timer that never fired would send 1, one that
     // fired at once up to 1000 (the 1 ms floor); generous bounds for a busy CI.
     let sidecar = FakeSidecar::ready();
     sidecar.set_ready(&[Reply::Status(503)]);
@@ -255,7 +283,7 @@ fn polls_are_paced_by_the_schedule() {
     let polls = sidecar.polls();
     run.check(
         (40..=80).contains(&polls),
-        &format!("{polls} polls in 1 s, expected about 63"),
+        &format!("{polls} polls in 1 s, expected about 65"),
     );
 }
 
@@ -285,6 +313,33 @@ fn frugal_polls_at_once_then_from_one_second_on() {
             &format!("{polls} polls in 2.5 s with --poll frugal, expected 5"),
         );
     }
+}
+
+#[test]
+fn frugal_polls_once_per_point_of_its_grid_with_a_timer_that_fires_on_time() {
+    // A real-time process has no timer slack: its sleeps end on time. Taking
+    // each poll's own duration off the frugal grid once put the next poll
+    // that much early, and the one after just past the grid point: two polls
+    // where one was due (6 in 2.5 s). At 0, 1.0, 1.4, 1.8 and 2.2 s: 5.
+    let test = "frugal_polls_once_per_point_of_its_grid";
+    if skip_unless_able(test, lacks_root_or(&["/usr/bin/chrt"])) {
+        return;
+    }
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_ready(&[Reply::Status(503)]);
+    let mut mw = Meshwrap::program("/usr/bin/chrt");
+    mw.args(["--fifo", "10"]).arg(crate::support::command::meshwrap_bin());
+    let run = mw
+        .args(sidecar.flags())
+        .args(["--poll", "frugal", "--timeout", "2500ms", "--quit-policy", "never"])
+        .args(MARKER)
+        .run();
+    run.assert_code(125);
+    let polls = sidecar.polls();
+    run.check(
+        polls == 5,
+        &format!("{polls} polls in 2.5 s with --poll frugal, expected 5"),
+    );
 }
 
 #[test]

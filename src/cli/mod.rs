@@ -75,7 +75,9 @@ impl Sources {
 
 /// Parses and checks the command line and environment.
 pub fn parse(args: Vec<OsString>, mode: Mode) -> Parsed {
-    let read = match quick::parse(&args, |name| std::env::var_os(name)) {
+    // One pass over the environment for the flags' variables (`environ`).
+    let environ = crate::environ::Environ::with_prefix("MESHWRAP_");
+    let read = match quick::parse(&args, |name| environ.var_os(name)) {
         Some(read) => Ok(read),
         None => by_clap(args, mode),
     };

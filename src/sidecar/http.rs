@@ -1,29 +1,23 @@
-//! A minimal HTTP/1.1 client for sidecar admin endpoints, written on tokio's
-//! `TcpStream`: no pool, no TLS, no general-purpose HTTP library.
+//! A minimal HTTP/1.1 client for sidecar admin endpoints: URLs, requests
+//! and response heads, and the quit's requests on tokio's `TcpStream`. No
+//! pool, no TLS, no general-purpose HTTP library.
 //!
 //! Sidecar admin endpoints are plain HTTP on loopback and answer in
 //! microseconds, and meshwrap needs only a GET's or an empty POST's status.
 //! A general client (hyper, with `http`'s header tables) cost a large share
-//! of a binary that must stay under 1 MiB; this is the part of HTTP/1.1
-//! that those answers use. A quit gets a fresh connection; the readiness polls of
-//! one URL reuse theirs while the sidecar keeps it open, since a new
-//! connection and handshake cost several times a request's CPU on a cold cache.
-//! One [`Client`] per URL, holding that connection and the addresses its host
-//! name resolved to, is all the pool there is.
+//! of a binary that must stay under 1,024,000 bytes; this is the part of HTTP/1.1
+//! that those answers use. A quit gets a fresh connection. The readiness
+//! polls' GETs run without a runtime, on the connection the sidecar keeps
+//! open (`probe`), and share the request and head parsing here.
 //!
 //! Every wait is bounded: the caller's timeouts bound each request, a
 //! response head larger than [`MAX_HEAD`] is refused as garbage, and the body
 //! is never waited for: only the status matters, so a request returns once
-//! the head has arrived, and what of the body came with it decides whether
-//! the connection can be reused (all of it, by `content-length`, and no
-//! `connection: close`). A body that trails its head (two writes, Nagle and
-//! a delayed ACK: 40 ms) costs this connection, not the command's start.
-//!
-//! The races it guards against: a sidecar may close an idle kept connection
-//! at any time, even as the next request goes out. A kept connection is
-//! checked for a close (or stray bytes) before it is used, and a GET that
-//! still finds it closed is repeated on a new connection within the same
-//! timeout; a POST is never repeated, since the sidecar may have acted on it.
+//! the head has arrived. (For a GET, what of the body came with it decides
+//! whether the connection can be reused: all of it, by `content-length`,
+//! and no `connection: close`; a body that trails its head costs that
+//! connection, not the command's start.) A POST is never repeated once it
+//! went out, since the sidecar may have acted on it.
 //!
 //! Failures are classified because callers treat them differently: a refused
 //! connection while waiting means "not listening yet" (poll again soon), while
@@ -137,6 +131,22 @@ impl Endpoint {
     pub fn same_resource(&self, other: &Endpoint) -> bool {
         (&self.host, self.port, &self.target) == (&other.host, other.port, &other.target)
     }
+
+    /// Where to connect, for an IP literal (no lookup needed).
+    pub(super) fn ip_port(&self) -> Option<SocketAddr> {
+        match self.host {
+            Host::Ip(ip) => Some(SocketAddr::new(ip, self.port)),
+            Host::Name(_) => None,
+        }
+    }
+
+    /// The host name to look up, and the port, for a host that is not an IP literal.
+    pub(super) fn name_port(&self) -> Option<(&str, u16)> {
+        match &self.host {
+            Host::Name(name) => Some((name, self.port)),
+            Host::Ip(_) => None,
+        }
+    }
 }
 
 /// `url` after `scheme`, which is matched case-insensitively (RFC 3986).
@@ -214,73 +224,6 @@ impl From<io::Error> for Failure {
     }
 }
 
-impl Endpoint {
-    /// For a loopback IP endpoint, whether its port refuses connections right
-    /// now. `false` when it is not loopback or did not refuse: then a real
-    /// request has to tell.
-    ///
-    /// One non-blocking connect outside the reactor: on loopback the kernel
-    /// handles the SYN and its RST within the connect call, so the refusal is
-    /// already recorded when connect returns (EINPROGRESS) and SO_ERROR reads
-    /// it. Four syscalls, where a reactor connect takes ten and two wake-ups.
-    pub fn refuses(&self) -> bool {
-        let Host::Ip(ip) = self.host else { return false };
-        ip.is_loopback() && connect_refused(SocketAddr::new(ip, self.port))
-    }
-}
-
-fn connect_refused(addr: SocketAddr) -> bool {
-    // SAFETY: all-zero sockaddr structs are valid; each is filled in before use
-    // and passed with its own size.
-    let (mut v4, mut v6): (libc::sockaddr_in, libc::sockaddr_in6) = unsafe { std::mem::zeroed() };
-    let (family, sockaddr, len) = match addr {
-        SocketAddr::V4(a) => {
-            v4.sin_family = libc::AF_INET as libc::sa_family_t;
-            v4.sin_port = a.port().to_be();
-            v4.sin_addr.s_addr = u32::from(*a.ip()).to_be();
-            (
-                libc::AF_INET,
-                (&raw const v4).cast::<libc::sockaddr>(),
-                size_of_val(&v4),
-            )
-        }
-        SocketAddr::V6(a) => {
-            v6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            v6.sin6_port = a.port().to_be();
-            v6.sin6_addr.s6_addr = a.ip().octets();
-            (
-                libc::AF_INET6,
-                (&raw const v6).cast::<libc::sockaddr>(),
-                size_of_val(&v6),
-            )
-        }
-    };
-    // SAFETY: plain syscalls on a descriptor this function owns and closes;
-    // `sockaddr` points to a live struct of `len` bytes, `error` to 4 bytes.
-    unsafe {
-        let fd = libc::socket(family, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return false;
-        }
-        let refused = if libc::connect(fd, sockaddr, len as libc::socklen_t) == 0 {
-            false
-        } else {
-            match io::Error::last_os_error().raw_os_error() {
-                Some(libc::ECONNREFUSED) => true,
-                Some(libc::EINPROGRESS) => {
-                    let mut error: libc::c_int = 0;
-                    let mut size = size_of_val(&error) as libc::socklen_t;
-                    libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, (&raw mut error).cast(), &mut size) == 0
-                        && error == libc::ECONNREFUSED
-                }
-                _ => false,
-            }
-        };
-        libc::close(fd);
-        refused
-    }
-}
-
 /// The request methods meshwrap sends: a readiness GET, a quit POST.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Method(&'static str);
@@ -295,14 +238,12 @@ impl Method {
 pub const MAX_HEAD: usize = 8 * 1024;
 
 /// The largest body taken to keep a connection: a larger one closes it.
-const MAX_BODY: usize = 4 * 1024;
+pub(super) const MAX_BODY: usize = 4 * 1024;
 
-/// One endpoint's client: the connection the sidecar kept open, and the
-/// addresses its host name resolved to. Each readiness wait and each quit
-/// has its own.
+/// One endpoint's client for quits: the addresses its host name resolved
+/// to. Each quit has its own. (The readiness wait's GETs are `probe`'s.)
 pub struct Client<'e> {
     endpoint: &'e Endpoint,
-    kept: Option<TcpStream>,
     addrs: Addresses,
 }
 
@@ -310,38 +251,8 @@ impl<'e> Client<'e> {
     pub fn new(endpoint: &'e Endpoint) -> Client<'e> {
         Client {
             endpoint,
-            kept: None,
             addrs: Addresses::default(),
         }
-    }
-
-    /// Forgets the addresses a host name resolved to, so the next connect
-    /// looks it up again: for when the endpoint's state has changed.
-    pub fn forget_addresses(&mut self) {
-        self.addrs.resolved.clear();
-    }
-
-    /// GETs the endpoint on the kept connection if the sidecar has kept it
-    /// open, else on a new one, which is kept if the sidecar keeps it open.
-    ///
-    /// A sidecar may close an idle connection at any time, even as the
-    /// request goes out; a GET is safe to repeat, so a kept connection that
-    /// turns out closed is replaced by a new one within the same `timeout`.
-    pub async fn get(&mut self, timeout: Duration) -> Result<u16, Failure> {
-        let Client { endpoint, kept, addrs } = self;
-        let request = endpoint.request(Method::GET);
-        within(timeout, async {
-            if let Some(stream) = kept.take().filter(still_open) {
-                match exchange(&stream, &request).await {
-                    Err(Failure::Closed) => {}
-                    result => return keep(kept, stream, result),
-                }
-            }
-            let stream = addrs.connect(endpoint).await?;
-            let result = exchange(&stream, &request).await;
-            keep(kept, stream, result)
-        })
-        .await
     }
 
     /// Sends one request with an empty body on a new connection; returns
@@ -362,7 +273,7 @@ impl<'e> Client<'e> {
         connect_timeout: Duration,
         answer_within: Duration,
     ) -> Result<u16, Failure> {
-        let Client { endpoint, addrs, .. } = self;
+        let Client { endpoint, addrs } = self;
         let unsent = |why| Failure::Unsent(Box::new(why));
         let stream = within(connect_timeout, addrs.connect(endpoint)).await.map_err(unsent)?;
         let request = endpoint.request(method);
@@ -386,30 +297,13 @@ impl<'e> Client<'e> {
     }
 }
 
-/// Keeps `stream` for the next GET if the answer allows it; the status.
-fn keep(kept: &mut Option<TcpStream>, stream: TcpStream, result: Result<Response, Failure>) -> Result<u16, Failure> {
-    let response = result?;
-    if response.reusable {
-        *kept = Some(stream);
-    }
-    Ok(response.status)
-}
-
-/// Whether a kept connection is still worth a request: the sidecar has not
-/// closed it, and nothing unasked-for arrived on it. Reads nothing unless
-/// the reactor saw it readable, so a live idle connection costs no syscall.
-fn still_open(stream: &TcpStream) -> bool {
-    matches!(stream.try_read(&mut [0u8; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-}
-
 /// Where a host name leads, looked up at most once at a time.
 ///
 /// A lookup runs on a blocking thread (getaddrinfo has no timeout of its
 /// own), so two rules keep a slow or silent resolver from costing a query
-/// per poll and a thread per query: the addresses are kept until the caller
-/// forgets them (the endpoint's state changed) or a connect to all of them
-/// fails; and a lookup still under way when its request timed out is not
-/// started again but waited for by the next request.
+/// per attempt and a thread per query: the addresses are kept until a
+/// connect to all of them fails; and a lookup still under way when its
+/// request timed out is not started again but waited for by the next request.
 #[derive(Default)]
 struct Addresses {
     resolved: Vec<SocketAddr>,
@@ -473,7 +367,7 @@ async fn within<T>(timeout: Duration, exchange: impl Future<Output = Result<T, F
 
 impl Endpoint {
     /// The request's bytes: one write, so it leaves in one segment.
-    fn request(&self, method: Method) -> Vec<u8> {
+    pub(super) fn request(&self, method: Method) -> Vec<u8> {
         let length = if method == Method::POST {
             "content-length: 0\r\n"
         } else {
@@ -494,14 +388,6 @@ impl Endpoint {
 #[derive(Debug, PartialEq, Eq)]
 struct Response {
     status: u16,
-    /// The whole body arrived with the head and the sidecar keeps the connection open.
-    reusable: bool,
-}
-
-/// Writes `request` and reads the response's head (and what of its body came with it).
-async fn exchange(stream: &TcpStream, request: &[u8]) -> Result<Response, Failure> {
-    write_all(stream, request).await?;
-    read_response(stream).await
 }
 
 /// Reads a response's head (and what of its body came with it).
@@ -513,12 +399,7 @@ async fn read_response(stream: &TcpStream) -> Result<Response, Failure> {
                 buf.drain(..head.len);
                 continue;
             }
-            let open = take_arrived(stream, &mut buf, head.len + head.body.unwrap_or(0));
-            let body = buf.len() - head.len;
-            return Ok(Response {
-                status: head.status,
-                reusable: open && head.keep_alive && head.body == Some(body),
-            });
+            return Ok(Response { status: head.status });
         }
         if buf.len() >= MAX_HEAD {
             return Err(Failure::Garbage(format!("a response head over {MAX_HEAD} bytes")));
@@ -557,41 +438,28 @@ fn read_some(stream: &TcpStream, buf: &mut Vec<u8>) -> Result<Option<usize>, Fai
     }
 }
 
-/// Reads what has already arrived, never waiting, until `buf` holds `want`
-/// bytes; false if the stream ended or broke (the connection is not reused).
-fn take_arrived(stream: &TcpStream, buf: &mut Vec<u8>, want: usize) -> bool {
-    while buf.len() < want && want - buf.len() <= MAX_BODY {
-        match read_some(stream, buf) {
-            Ok(None) => return true,
-            Ok(Some(0)) | Err(_) => return false,
-            Ok(Some(_)) => {}
-        }
-    }
-    true
-}
-
 /// A response head, as far as meshwrap reads it.
 #[derive(Debug, PartialEq, Eq)]
-struct Head {
-    status: u16,
+pub(super) struct Head {
+    pub(super) status: u16,
     /// Its length in bytes, blank line included.
-    len: usize,
+    pub(super) len: usize,
     /// The body's length, if the head tells it (`None`: chunked or until close).
-    body: Option<usize>,
+    pub(super) body: Option<usize>,
     /// HTTP/1.1 without `connection: close`, or HTTP/1.0 with `keep-alive`.
-    keep_alive: bool,
+    pub(super) keep_alive: bool,
 }
 
 impl Head {
     /// A 1xx answer other than 101, which a final answer follows.
-    fn interim(&self) -> bool {
+    pub(super) fn interim(&self) -> bool {
         (100..200).contains(&self.status) && self.status != 101
     }
 }
 
 /// The head at the start of `buf`: `None` while it is incomplete, `Garbage`
 /// as soon as what arrived cannot be the start of an HTTP/1 response.
-fn parse_head(buf: &[u8]) -> Result<Option<Head>, Failure> {
+pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, Failure> {
     const VERSION: &[u8] = b"HTTP/1.";
     let n = buf.len().min(VERSION.len());
     if buf[..n] != VERSION[..n] {

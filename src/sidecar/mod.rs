@@ -13,9 +13,9 @@
 pub mod http;
 pub mod pod;
 pub mod preset;
+pub mod probe;
 pub mod quit;
 pub mod ready;
-mod timer;
 
 pub use http::Endpoint;
 

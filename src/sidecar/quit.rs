@@ -303,7 +303,7 @@ async fn gone_by(endpoint: &Endpoint, deadline: Instant) -> bool {
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
-            return endpoint.refuses();
+            return super::probe::refuses(endpoint);
         }
         if matches!(client.connect_within(remaining).await, Err(Failure::Refused)) {
             return true;

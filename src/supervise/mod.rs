@@ -126,6 +126,17 @@ impl Child {
         log!(Info, "the command was continued");
     }
 
+    /// Kills the command's process group and reaps the command: for when
+    /// nothing could supervise it (meshwrap cannot go on).
+    pub fn kill_now(&self) {
+        // SAFETY: kill and waitpid take plain integers and a null status
+        // pointer; the pid is our unreaped child's, so its group is its own.
+        unsafe {
+            libc::kill(-self.pid, libc::SIGKILL);
+            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+        }
+    }
+
     fn forward(&self, sig: libc::c_int, forward_to: ForwardTo) {
         let target = match forward_to {
             ForwardTo::Child => self.pid,

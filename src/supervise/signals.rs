@@ -73,10 +73,26 @@ pub fn is_termination(sig: c_int) -> bool {
 /// The set meshwrap blocks and reads, SIGCHLD and every forwardable
 /// signal, as the kernel's 64-bit mask (bit n-1 for signal n). Raw, because
 /// both libcs refuse to put their reserved signals into a `sigset_t`.
+/// Computed once, at compile time: folding the iterator at each start took
+/// about 8,000 instructions.
 fn received() -> u64 {
-    forwardable()
-        .chain([libc::SIGCHLD])
-        .fold(0, |mask, sig| mask | 1 << (sig - 1))
+    const RECEIVED: u64 = {
+        let (mut mask, mut sig) = (1u64 << (libc::SIGCHLD - 1), 1);
+        while sig <= LAST {
+            let mut forwarded = true;
+            let mut i = 0;
+            while i < NOT_FORWARDED.len() {
+                forwarded &= NOT_FORWARDED[i] != sig;
+                i += 1;
+            }
+            if forwarded {
+                mask |= 1 << (sig - 1);
+            }
+            sig += 1;
+        }
+        mask
+    };
+    RECEIVED
 }
 
 /// Sets the calling thread's mask to exactly `mask` (kernel form).
@@ -111,17 +127,32 @@ pub fn block() -> io::Result<()> {
 }
 
 pub struct Signals {
-    fd: AsyncFd<OwnedFd>,
+    /// The signalfd's registration with the runtime, made at the first
+    /// `recv`: the readiness wait reads the signalfd before any runtime
+    /// exists (`try_recv`). Declared first, so it is dropped (deregistered)
+    /// before the descriptor closes. One runtime per process: a registration
+    /// outlives none.
+    registered: Option<AsyncFd<Raw>>,
+    fd: OwnedFd,
     /// Signals read but not yet handed out (one read may return several).
     pending: VecDeque<c_int>,
     /// meshwrap's pid, the sender the kernel names for signals it raises for us.
     me: u32,
 }
 
+/// The signalfd as the runtime sees it: borrowed from `Signals::fd`.
+struct Raw(c_int);
+
+impl AsRawFd for Raw {
+    fn as_raw_fd(&self) -> c_int {
+        self.0
+    }
+}
+
 impl Signals {
-    /// Opens the signalfd for the blocked set. Must run inside the runtime,
-    /// after `block`.
-    pub fn install() -> io::Result<Signals> {
+    /// Opens the signalfd for the blocked set, after `block`. Needs no
+    /// runtime: one is made only once the command has started.
+    pub fn open() -> io::Result<Signals> {
         let set = received();
         // SAFETY: signalfd4 reads the 8-byte mask, which outlives the call;
         // -1 asks for a new descriptor.
@@ -137,24 +168,33 @@ impl Signals {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: signalfd returned a new descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: the OwnedFd stays open, and the same descriptor, for as long as the AsyncFd holds it.
-        let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.map_err(|e| e.into_parts().1)?;
         Ok(Signals {
-            fd,
+            registered: None,
+            // SAFETY: signalfd returned a new descriptor that nothing else owns.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
             pending: VecDeque::new(),
             me: std::process::id(),
         })
     }
 
-    /// The next signal received (SIGCHLD included).
+    /// The next signal received (SIGCHLD included). Must run inside the runtime.
     pub async fn recv(&mut self) -> c_int {
         loop {
             if let Some(sig) = self.pending.pop_front() {
                 return sig;
             }
-            let Ok(mut ready) = self.fd.readable().await else {
+            if self.registered.is_none() {
+                let raw = Raw(self.fd.as_raw_fd());
+                // SAFETY: `fd` stays open, and the same descriptor, for as
+                // long as the registration exists: it is dropped first.
+                match unsafe { AsyncFd::register_with_interest(raw, Interest::READABLE) } {
+                    Ok(fd) => self.registered = Some(fd),
+                    // The reactor refused it: nothing could wake this.
+                    Err(_) => return std::future::pending().await,
+                }
+            }
+            let Some(registered) = &self.registered else { continue };
+            let Ok(mut ready) = registered.readable().await else {
                 // Only at runtime shutdown; nothing will arrive any more.
                 return std::future::pending().await;
             };
@@ -162,6 +202,22 @@ impl Signals {
             // cannot fail otherwise with a buffer this size.
             let _ = ready.try_io(|fd| read_signals(fd.get_ref().as_raw_fd(), self.me, &mut self.pending));
         }
+    }
+
+    /// The next signal already received, without waiting and without a
+    /// runtime (the readiness wait's loop polls `fd` itself).
+    pub fn try_recv(&mut self) -> Option<c_int> {
+        if self.pending.is_empty() {
+            // WouldBlock when none is queued; a signalfd read cannot fail otherwise.
+            let _ = read_signals(self.fd.as_raw_fd(), self.me, &mut self.pending);
+        }
+        self.pending.pop_front()
+    }
+
+    /// The signalfd, readable while a signal is queued.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
     }
 }
 
@@ -178,7 +234,7 @@ impl Signals {
 
     /// The signalfd, for the last drain just before an exec (see `spawn::exec`).
     pub(super) fn raw_fd(&self) -> c_int {
-        self.fd.get_ref().as_raw_fd()
+        self.fd.as_raw_fd()
     }
 }
 
@@ -303,6 +359,8 @@ mod tests {
             assert!(all.contains(&reserved), "signal {reserved}");
         }
         assert_eq!(received().count_ones() as usize, all.len() + 1);
+        let folded = all.iter().chain(&[libc::SIGCHLD]).fold(0u64, |m, s| m | 1 << (s - 1));
+        assert_eq!(received(), folded);
     }
 
     #[test]

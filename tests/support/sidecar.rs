@@ -75,6 +75,8 @@ struct State {
     /// Connections served to their end.
     finished: usize,
     requests: Vec<Request>,
+    /// The connections the client closed (meshwrap), by number.
+    closed_by_client: Vec<usize>,
 }
 
 struct Shared {
@@ -281,6 +283,21 @@ impl FakeSidecar {
         self.count("GET", &path)
     }
 
+    /// Waits up to `bound` until the client has closed connection number
+    /// `connection`; whether it did.
+    pub fn closed_by_client_within(&self, connection: usize, bound: Duration) -> bool {
+        let deadline = Instant::now() + bound;
+        let mut state = self.shared.state.lock().unwrap();
+        while !state.closed_by_client.contains(&connection) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            state = self.shared.changed.wait_timeout(state, left).unwrap().0;
+        }
+        true
+    }
+
     /// Waits (bounded) until `done` holds for the recorded requests.
     pub fn wait_for(&self, what: &str, done: impl Fn(&[Request]) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -341,6 +358,9 @@ fn answer(stream: &mut TcpStream, shared: &Shared, port: u16, id: usize) -> bool
     );
     if method.is_empty() {
         // Closed without a request: meshwrap's refused-port probe, or the end of a kept connection.
+        let mut state = shared.state.lock().unwrap();
+        state.closed_by_client.push(id);
+        shared.changed.notify_all();
         return false;
     }
     let (reply, exit_after, connections) = {
