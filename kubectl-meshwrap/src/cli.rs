@@ -164,6 +164,10 @@ pub struct Webhook {
     #[arg(long = "max-handshakes", value_name = "N", env = "MESHWRAP_MAX_HANDSHAKES",
           default_value = "64", value_parser = at_least_one)]
     pub max_handshakes: usize,
+    /// The most one source address (an IPv6 /64) may hold of --max-connections, and of --max-handshakes
+    #[arg(long = "max-source-share", value_name = "PERCENT", env = "MESHWRAP_MAX_SOURCE_SHARE",
+          default_value = "25%", value_parser = percent)]
+    pub max_source_share: u8,
     /// After SIGTERM, how long to keep serving (not ready) while the Service's endpoints update
     #[arg(long = "shutdown-delay", value_name = "DURATION", env = "MESHWRAP_SHUTDOWN_DELAY",
           default_value = "5s", value_parser = any_duration)]
@@ -332,6 +336,13 @@ fn at_least_one(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err("a whole number of at least 1, such as 512".into()),
+    }
+}
+
+fn percent(s: &str) -> Result<u8, String> {
+    match s.strip_suffix('%').map(str::parse::<u8>) {
+        Some(Ok(n)) if (1..=100).contains(&n) => Ok(n),
+        _ => Err("a percentage from 1% to 100%, such as 25%".into()),
     }
 }
 

@@ -81,6 +81,7 @@ fn webhook(args: kubectl_meshwrap::cli::Webhook) -> i32 {
         idle_timeout: args.idle_timeout,
         max_connections: args.max_connections,
         max_handshakes: args.max_handshakes,
+        max_source_share: args.max_source_share,
         shutdown_delay: args.shutdown_delay,
         drain_timeout: args.drain_timeout,
         settings: admission::Settings {

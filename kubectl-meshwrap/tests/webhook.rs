@@ -12,7 +12,11 @@
 //! - 400, 413, 415, 404 and 405, each with its reason, and the server lives on;
 //! - a slowloris client is cut off, and others are served meanwhile;
 //! - above --max-connections or --max-handshakes a connection is closed at
-//!   accept and counted; a client that never reads its answers is cut off
+//!   accept and counted; no address holds more than --max-source-share;
+//!   when full, a newcomer from a lighter address gets in and the heaviest
+//!   address's oldest connection still in its handshake or first request
+//!   gives way, never one answering; the state per address goes with its
+//!   last connection; a client that never reads its answers is cut off
 //!   by the request deadline; an idle keep-alive connection by --idle-timeout;
 //! - request bodies in flight share a budget: one it cannot cover is
 //!   answered 503 with Retry-After at once, an ordinary pod still gets in;
@@ -667,7 +671,21 @@ fn metric(client: &mut Client, series: &str) -> u64 {
 #[test]
 fn above_its_caps_a_connection_is_closed_at_accept_and_counted() {
     let ca = Ca::new("caps CA");
-    let webhook = Webhook::start("caps", &ca, &["--max-connections", "3", "--max-handshakes", "1"]);
+    // Every client here dials from 127.0.0.1: a share of 100% lets that one
+    // source hold every slot, so these are the caps themselves (the shares
+    // are tested below, from several addresses).
+    let webhook = Webhook::start(
+        "caps",
+        &ca,
+        &[
+            "--max-connections",
+            "3",
+            "--max-handshakes",
+            "1",
+            "--max-source-share",
+            "100%",
+        ],
+    );
     let mut watcher = webhook.client(&ca);
     assert_eq!(watcher.get("/healthz").unwrap().status, 200);
     // A TCP connection that never starts TLS holds the one handshake slot;
@@ -707,6 +725,250 @@ fn above_its_caps_a_connection_is_closed_at_accept_and_counted() {
     assert_eq!(metric(&mut watcher, "meshwrap_webhook_connections"), 3);
     // The connections it kept still work.
     post(&mut third, &load(&fixtures().join("job-pod.review.json")));
+}
+
+/// 127.0.0.0/8 is all local: each of these is a client host of its own.
+fn host(c: u8, d: u8) -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::new(127, 0, c, d)
+}
+
+fn client_from(webhook: &Webhook, ca: &Ca, source: std::net::Ipv4Addr) -> std::io::Result<Client> {
+    Client::connect_from(source, webhook.port, client_config(&ca.pem), Duration::from_secs(20))
+}
+
+/// A slowloris client from `source`: its handshake done, then part of a header.
+fn slow_from(webhook: &Webhook, ca: &Ca, source: std::net::Ipv4Addr) -> Client {
+    let mut client = client_from(webhook, ca, source).unwrap();
+    client
+        .send_raw(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: app")
+        .unwrap();
+    client
+}
+
+/// Whether the server closes `client` within 20 s (a read that ends, or
+/// fails otherwise than by timing out); false if it is still open then.
+fn closed_by_server(client: &mut Client) -> bool {
+    use std::io::Read;
+    client
+        .stream
+        .sock
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut buffer = [0u8; 64];
+    !matches!(
+        client.stream.read(&mut buffer),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+    )
+}
+
+/// Whether `client` is open now: a read finds nothing yet, without waiting.
+fn open_now(client: &mut Client) -> bool {
+    use std::io::Read;
+    client.stream.sock.set_nonblocking(true).unwrap();
+    let mut buffer = [0u8; 64];
+    let open = matches!(client.stream.read(&mut buffer), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+    client.stream.sock.set_nonblocking(false).unwrap();
+    open
+}
+
+const SHED_SHARE: &str = "meshwrap_webhook_connections_shed_total{reason=\"source-share\"}";
+const SHED_CONNECTIONS: &str = "meshwrap_webhook_connections_shed_total{reason=\"max-connections\"}";
+const EVICTED_REQUEST: &str = "meshwrap_webhook_connections_evicted_total{phase=\"request\"}";
+const EVICTED_HANDSHAKE: &str = "meshwrap_webhook_connections_evicted_total{phase=\"handshake\"}";
+
+#[test]
+fn no_source_address_holds_more_than_its_share_of_the_connections() {
+    let ca = Ca::new("share CA");
+    // The default share, 25%: 2 of 8 connections for each source address.
+    let webhook = Webhook::start("share", &ca, &["--max-connections", "8", "--client-timeout", "30s"]);
+    let mut watcher = client_from(&webhook, &ca, host(1, 9)).unwrap();
+    assert_eq!(watcher.get("/healthz").unwrap().status, 200);
+    let mut first = client_from(&webhook, &ca, host(1, 1)).unwrap();
+    let _second = slow_from(&webhook, &ca, host(1, 1));
+    // The third from the same address is closed at accept, with 4 of 8 slots free.
+    assert!(
+        client_from(&webhook, &ca, host(1, 1)).is_err(),
+        "a third connection from one address"
+    );
+    assert_eq!(metric(&mut watcher, SHED_SHARE), 1);
+    assert_eq!(metric(&mut watcher, "meshwrap_webhook_connections"), 3);
+    // Another address is served, and so are the first address's own connections.
+    post(
+        &mut client_from(&webhook, &ca, host(1, 2)).unwrap(),
+        &load(&fixtures().join("job-pod.review.json")),
+    );
+    post(&mut first, &load(&fixtures().join("job-pod.review.json")));
+    assert_eq!(metric(&mut watcher, SHED_SHARE), 1);
+}
+
+#[test]
+fn when_full_a_newcomer_from_a_lighter_address_gets_in_and_the_heaviest_addresss_oldest_slow_client_gives_way() {
+    let ca = Ca::new("evict CA");
+    let webhook = Webhook::start(
+        "evict",
+        &ca,
+        &[
+            "--max-connections",
+            "5",
+            "--max-source-share",
+            "100%",
+            "--client-timeout",
+            "30s",
+        ],
+    );
+    let mut watcher = client_from(&webhook, &ca, host(2, 9)).unwrap();
+    assert_eq!(watcher.get("/healthz").unwrap().status, 200);
+    // Three slow clients from one address, one from another: the server is full.
+    let mut heavy: Vec<Client> = (0..3).map(|_| slow_from(&webhook, &ca, host(2, 1))).collect();
+    let mut light = slow_from(&webhook, &ca, host(2, 2));
+    assert_eq!(metric(&mut watcher, "meshwrap_webhook_connections"), 5);
+    // The server has seen their handshakes end (they are in their first request).
+    wait_metric(&mut watcher, "meshwrap_webhook_handshakes", 0);
+    // A newcomer from a third address gets in and is served.
+    let mut newcomer = client_from(&webhook, &ca, host(2, 3)).unwrap();
+    post(&mut newcomer, &load(&fixtures().join("job-pod.review.json")));
+    assert_eq!(metric(&mut watcher, EVICTED_REQUEST), 1);
+    // The one that gave way is the heaviest address's oldest.
+    assert!(
+        closed_by_server(&mut heavy[0]),
+        "the oldest slow client of the heaviest address was kept"
+    );
+    assert!(open_now(&mut heavy[1]) && open_now(&mut heavy[2]) && open_now(&mut light));
+    // The heavy address holds 2 of 5 among 4 addresses, above its fair share (1.25): refused.
+    assert!(
+        client_from(&webhook, &ca, host(2, 1)).is_err(),
+        "the heavy address got a slot"
+    );
+    assert_eq!(metric(&mut watcher, SHED_CONNECTIONS), 1);
+    assert_eq!(metric(&mut watcher, EVICTED_REQUEST), 1);
+}
+
+#[test]
+fn when_the_handshakes_are_full_a_newcomer_from_another_address_takes_the_oldest_ones_place() {
+    let ca = Ca::new("evict handshake CA");
+    let webhook = Webhook::start(
+        "evict-handshake",
+        &ca,
+        &[
+            "--max-handshakes",
+            "2",
+            "--max-source-share",
+            "100%",
+            "--client-timeout",
+            "30s",
+        ],
+    );
+    let mut watcher = client_from(&webhook, &ca, host(3, 9)).unwrap();
+    // Answered: its handshake is over as the server counts.
+    assert_eq!(watcher.get("/healthz").unwrap().status, 200);
+    // Two TCP connections that never start TLS hold both handshake slots.
+    let silent: Vec<std::net::TcpStream> = (0..2)
+        .map(|_| tcp_from(host(3, 1), webhook.port, Duration::from_secs(20)).unwrap())
+        .collect();
+    wait_metric(&mut watcher, "meshwrap_webhook_handshakes", 2);
+    let mut newcomer = client_from(&webhook, &ca, host(3, 2)).unwrap();
+    post(&mut newcomer, &load(&fixtures().join("job-pod.review.json")));
+    assert_eq!(metric(&mut watcher, EVICTED_HANDSHAKE), 1);
+    let read = |mut tcp: &std::net::TcpStream, wait: Option<Duration>| {
+        use std::io::Read;
+        tcp.set_read_timeout(wait).unwrap();
+        tcp.set_nonblocking(wait.is_none()).unwrap();
+        tcp.read(&mut [0u8; 16])
+    };
+    assert!(
+        matches!(read(&silent[0], Some(Duration::from_secs(20))), Ok(0) | Err(_)),
+        "the oldest handshake was kept"
+    );
+    assert!(
+        matches!(read(&silent[1], None), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the younger handshake was closed"
+    );
+}
+
+#[test]
+fn a_connection_answering_a_request_is_never_evicted() {
+    let ca = Ca::new("answering CA");
+    let webhook = Webhook::start(
+        "answering",
+        &ca,
+        &[
+            "--max-connections",
+            "3",
+            "--max-source-share",
+            "100%",
+            "--client-timeout",
+            "60s",
+        ],
+    );
+    let mut watcher = client_from(&webhook, &ca, host(4, 9)).unwrap();
+    assert_eq!(watcher.get("/healthz").unwrap().status, 200);
+    // The oldest of its address: requests pipelined and never read, until
+    // the server, blocked writing their answers, stops reading (a write of
+    // ours blocks): it is answering.
+    let mut answering = client_from(&webhook, &ca, host(4, 1)).unwrap();
+    small_buffer(&answering, libc::SO_RCVBUF);
+    answering
+        .stream
+        .sock
+        .set_write_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let batch = b"GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n".repeat(64);
+    let blocked = (0..100_000).any(|_| match answering.send_raw(&batch) {
+        Ok(()) => false,
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => true,
+        Err(e) => panic!("cut off while answering: {e}"),
+    });
+    assert!(blocked, "the server never stopped reading");
+    // A younger slow client of the same address: the server is full.
+    let mut slow = slow_from(&webhook, &ca, host(4, 1));
+    assert_eq!(metric(&mut watcher, "meshwrap_webhook_connections"), 3);
+    // The server has seen its handshake end (it is in its first request).
+    wait_metric(&mut watcher, "meshwrap_webhook_handshakes", 0);
+    // A newcomer gets in; the one that gave way is the slow one, not the older one answering.
+    let mut newcomer = client_from(&webhook, &ca, host(4, 2)).unwrap();
+    post(&mut newcomer, &load(&fixtures().join("job-pod.review.json")));
+    assert!(closed_by_server(&mut slow), "the slow client was kept");
+    assert_eq!(metric(&mut watcher, EVICTED_REQUEST), 1);
+    // Full again, with no connection still in its handshake or first
+    // request: a newcomer is refused, and none is evicted for it.
+    assert!(
+        client_from(&webhook, &ca, host(4, 3)).is_err(),
+        "a fourth connection got in"
+    );
+    assert_eq!(metric(&mut watcher, SHED_CONNECTIONS), 1);
+    assert_eq!(metric(&mut watcher, EVICTED_REQUEST), 1);
+    assert_eq!(metric(&mut watcher, "meshwrap_webhook_connections"), 3);
+}
+
+#[test]
+fn the_state_kept_per_address_goes_with_the_addresses_last_connection() {
+    let ca = Ca::new("sources CA");
+    let webhook = Webhook::start("sources", &ca, &["--max-connections", "16", "--client-timeout", "30s"]);
+    let mut watcher = client_from(&webhook, &ca, host(5, 255)).unwrap();
+    // Served once, so it never gives way (a connection before its first request would).
+    assert_eq!(watcher.get("/healthz").unwrap().status, 200);
+    // 500 addresses each hold a TCP connection that never starts TLS (each
+    // newcomer from an address holding nothing takes the oldest's place).
+    let mut held = Vec::new();
+    for i in 0..500u16 {
+        let source = std::net::Ipv4Addr::new(127, 5, (i / 250) as u8, (i % 250) as u8 + 1);
+        if let Ok(tcp) = tcp_from(source, webhook.port, Duration::from_secs(20)) {
+            held.push(tcp);
+        }
+    }
+    // The server accepts in order: once a handshake dialled after them is
+    // done, it has taken (or refused) them all.
+    let marker = client_from(&webhook, &ca, host(5, 254)).unwrap();
+    let sources = metric(&mut watcher, "meshwrap_webhook_sources");
+    assert!(
+        (3..=16).contains(&sources),
+        "{sources} sources tracked for 16 connection slots"
+    );
+    assert!(metric(&mut watcher, "meshwrap_webhook_connections") <= 16);
+    drop((held, marker));
+    // Only the watcher's address is left.
+    wait_metric(&mut watcher, "meshwrap_webhook_sources", 1);
+    wait_metric(&mut watcher, "meshwrap_webhook_connections", 1);
 }
 
 #[test]
@@ -1067,6 +1329,14 @@ fn bad_flags_and_bad_certificates_are_one_line_and_nothing_is_served() {
         (
             vec!["--tls-cert", c, "--tls-key", k, "--idle-timeout", "0s"],
             "--idle-timeout",
+        ),
+        (
+            vec!["--tls-cert", c, "--tls-key", k, "--max-source-share", "0%"],
+            "--max-source-share",
+        ),
+        (
+            vec!["--tls-cert", c, "--tls-key", k, "--max-source-share", "25"],
+            "--max-source-share",
         ),
     ] {
         let mut all = vec!["webhook"];

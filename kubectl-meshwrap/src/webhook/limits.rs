@@ -1,15 +1,17 @@
-//! What one client can hold, and for how long: the caps on connections and
-//! on TLS handshakes in flight, and the deadline each connection lives by.
+//! What one client can hold, and for how long: the budget for request
+//! bodies in flight, and the deadline each connection lives by. (The caps
+//! on connections and handshakes, and who gets a slot when they are
+//! reached, are [`super::fair`]'s.)
 //!
 //! With `failurePolicy: Fail`, a webhook that runs out of memory blocks pod
 //! creation cluster-wide, and any pod can dial it. So:
-//! - **Caps, checked at accept.** A connection that finished its handshake
-//!   and sent half a header costs about 36 KB, which the allocator keeps; a
-//!   handshake costs more, and CPU. Above `--max-connections` open, or
-//!   `--max-handshakes` under way, a new connection is closed as soon as it
-//!   is accepted (load shed, counted in `/metrics`), instead of being kept
-//!   until the memory limit kills the pod. The counts are taken and
-//!   released by [`Slot`]s, dropped however the connection ends.
+//! - **Caps, checked at accept** ([`super::fair`]). A connection that
+//!   finished its handshake and sent half a header costs about 36 KB, which
+//!   the allocator keeps; a handshake costs more, and CPU. Above
+//!   `--max-connections` open, or `--max-handshakes` under way, a new
+//!   connection is closed as soon as it is accepted (load shed, counted in
+//!   `/metrics`), or another gives way for it, instead of being kept until
+//!   the memory limit kills the pod.
 //! - **A budget for bodies in flight.** A /mutate body is held whole (up to
 //!   the API server's 3 MiB) until it can be decided, so 512 connections
 //!   could hold 1.5 GiB. A request takes its declared Content-Length from
@@ -19,8 +21,8 @@
 //!   of at most [`SMALL_BODY`] (every ordinary pod) first take from a lane
 //!   of their own, so a flood of near-3 MiB bodies cannot refuse them. The
 //!   take is one compare-and-swap, so two requests never both get the last
-//!   bytes; what is taken is given back when the [`Held`] is dropped, with
-//!   the body, however the request ends.
+//!   bytes; what is taken is given back when the [`Held`] is dropped, after
+//!   the body and the review parsed from it, however the request ends.
 //! - **One deadline per request/response cycle.** hyper bounds only the
 //!   wait for a header; nothing bounds a write to a client that never
 //!   reads. A cycle begins with the first byte of a request (or, for a
@@ -49,76 +51,6 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 use tokio::time::Instant;
-
-/// Open connections and handshakes under way, against their caps.
-pub struct Slots {
-    open: AtomicUsize,
-    handshaking: AtomicUsize,
-    max_open: usize,
-    max_handshakes: usize,
-}
-
-/// Why a connection was closed at accept.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Shed {
-    Connections,
-    Handshakes,
-}
-
-/// One counted connection, or handshake; released when dropped.
-pub struct Slot {
-    slots: Arc<Slots>,
-    handshake: bool,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let counter = if self.handshake {
-            &self.slots.handshaking
-        } else {
-            &self.slots.open
-        };
-        counter.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl Slots {
-    pub fn new(max_open: usize, max_handshakes: usize) -> Arc<Slots> {
-        Arc::new(Slots {
-            open: AtomicUsize::new(0),
-            handshaking: AtomicUsize::new(0),
-            max_open,
-            max_handshakes,
-        })
-    }
-
-    /// A slot for a connection just accepted, and one for its handshake,
-    /// or why it is shed. Only the accept loop calls this, so a check and
-    /// its increment are never interleaved with another admission.
-    pub fn admit(self: &Arc<Self>) -> Result<(Slot, Slot), Shed> {
-        if self.open.load(Ordering::Relaxed) >= self.max_open {
-            return Err(Shed::Connections);
-        }
-        if self.handshaking.load(Ordering::Relaxed) >= self.max_handshakes {
-            return Err(Shed::Handshakes);
-        }
-        self.open.fetch_add(1, Ordering::Relaxed);
-        self.handshaking.fetch_add(1, Ordering::Relaxed);
-        let slot = |handshake| Slot {
-            slots: self.clone(),
-            handshake,
-        };
-        Ok((slot(false), slot(true)))
-    }
-
-    /// (open connections, handshakes under way).
-    pub fn counts(&self) -> (usize, usize) {
-        (
-            self.open.load(Ordering::Relaxed),
-            self.handshaking.load(Ordering::Relaxed),
-        )
-    }
-}
 
 /// Bodies in flight across all connections, in bytes (shared lane).
 pub const BODY_BUDGET: usize = 16 * 1024 * 1024;
@@ -362,19 +294,6 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Timed<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn slots_shed_above_each_cap_and_come_back_when_dropped() {
-        let slots = Slots::new(2, 1);
-        let (first, first_handshake) = slots.admit().unwrap();
-        assert_eq!(slots.admit().err(), Some(Shed::Handshakes));
-        drop(first_handshake);
-        let (second, _second_handshake) = slots.admit().unwrap();
-        assert_eq!(slots.counts(), (2, 1));
-        assert_eq!(slots.admit().err(), Some(Shed::Connections));
-        drop((first, second));
-        assert_eq!(slots.counts(), (0, 1));
-    }
 
     #[test]
     fn the_body_budget_refuses_what_does_not_fit_and_gets_it_back_when_dropped() {

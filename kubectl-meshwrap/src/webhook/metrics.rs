@@ -11,11 +11,18 @@
 //! a bound (the handshake's, a request's, or the idle one). Request bodies
 //! held against their budget are a gauge; a request the budget refused is
 //! counted as an error with the reason "busy".
+//!
+//! Fairness by source address (see `fair`) adds the number of sources
+//! holding a connection (a gauge: one number, never a label per address),
+//! the reason "source-share" among those shed, and the connections evicted
+//! for a newcomer, by the phase they were in.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Duration;
+
+use super::fair::{Counts, Phase, Refused};
 
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 12] = [
@@ -33,6 +40,8 @@ struct Inner {
     shed: BTreeMap<&'static str, u64>,
     /// Bound → connections closed by it.
     closed: BTreeMap<&'static str, u64>,
+    /// Connections evicted for a newcomer: in their handshake, in their first request.
+    evicted: [u64; 2],
 }
 
 #[derive(Default)]
@@ -56,16 +65,21 @@ impl Metrics {
         m.sum += seconds;
     }
 
-    /// A connection closed at accept: above the handshake cap, or else the
-    /// connection cap.
-    pub fn shed(&self, handshakes: bool) {
-        let reason = if handshakes {
-            "max-handshakes"
-        } else {
-            "max-connections"
+    /// A connection closed at accept, and why.
+    pub fn shed(&self, why: Refused) {
+        let reason = match why {
+            Refused::Handshakes => "max-handshakes",
+            Refused::Connections => "max-connections",
+            Refused::SourceShare => "source-share",
         };
         let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         *m.shed.entry(reason).or_default() += 1;
+    }
+
+    /// A connection closed to let a newcomer in.
+    pub fn evicted(&self, phase: Phase) {
+        let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        m.evicted[usize::from(phase == Phase::Request)] += 1;
     }
 
     /// A connection closed because it ran out of `bound` (handshake,
@@ -75,12 +89,13 @@ impl Metrics {
         *m.closed.entry(bound).or_default() += 1;
     }
 
-    /// The text format; `(open, handshaking)` are the connection gauges,
-    /// `body_bytes` the request bodies held now.
-    pub fn render(&self, (open, handshaking): (usize, usize), body_bytes: usize) -> String {
+    /// The text format; `counts` are the connection gauges, `body_bytes`
+    /// the request bodies held now.
+    pub fn render(&self, counts: Counts, body_bytes: usize) -> String {
         let m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = String::new();
-        connections(&mut out, &m, open, handshaking);
+        connections(&mut out, &m, counts.open, counts.handshaking);
+        fairness(&mut out, &m, counts.sources);
         out.push_str(
             "# HELP meshwrap_webhook_body_bytes Bytes of request bodies held now, against the budget for bodies in flight.\n",
         );
@@ -122,9 +137,11 @@ fn connections(out: &mut String, m: &Inner, open: usize, handshaking: usize) {
     out.push_str("# HELP meshwrap_webhook_handshakes TLS handshakes under way.\n");
     out.push_str("# TYPE meshwrap_webhook_handshakes gauge\n");
     let _ = writeln!(out, "meshwrap_webhook_handshakes {handshaking}");
-    out.push_str("# HELP meshwrap_webhook_connections_shed_total Connections closed at accept, by the cap they met.\n");
+    out.push_str(
+        "# HELP meshwrap_webhook_connections_shed_total Connections closed at accept, by the cap they met (source-share: their source address's).\n",
+    );
     out.push_str("# TYPE meshwrap_webhook_connections_shed_total counter\n");
-    for reason in ["max-connections", "max-handshakes"] {
+    for reason in ["max-connections", "max-handshakes", "source-share"] {
         let count = m.shed.get(reason).copied().unwrap_or(0);
         let _ = writeln!(
             out,
@@ -140,6 +157,22 @@ fn connections(out: &mut String, m: &Inner, open: usize, handshaking: usize) {
         let _ = writeln!(
             out,
             "meshwrap_webhook_connections_timed_out_total{{bound=\"{bound}\"}} {count}"
+        );
+    }
+}
+
+fn fairness(out: &mut String, m: &Inner, sources: usize) {
+    out.push_str("# HELP meshwrap_webhook_sources Source addresses (IPv6: /64s) holding a connection.\n");
+    out.push_str("# TYPE meshwrap_webhook_sources gauge\n");
+    let _ = writeln!(out, "meshwrap_webhook_sources {sources}");
+    out.push_str(
+        "# HELP meshwrap_webhook_connections_evicted_total Connections still in their handshake or first request, closed to let in a newcomer from a source holding fewer of those, by the phase they were in.\n",
+    );
+    out.push_str("# TYPE meshwrap_webhook_connections_evicted_total counter\n");
+    for (phase, count) in ["handshake", "request"].iter().zip(m.evicted) {
+        let _ = writeln!(
+            out,
+            "meshwrap_webhook_connections_evicted_total{{phase=\"{phase}\"}} {count}"
         );
     }
 }

@@ -3,8 +3,10 @@
 //!
 //! - [`admission`]: one AdmissionReview in, one out; pure.
 //! - [`server`]: HTTPS, routes, limits, timeouts and the drain.
-//! - [`limits`]: the caps on connections and handshakes, and each
-//!   connection's deadline.
+//! - [`fair`]: the caps on connections and handshakes, shared fairly by
+//!   source address, and who gives way when they are reached.
+//! - [`limits`]: the budget for request bodies, and each connection's
+//!   deadline.
 //! - [`tls`]: the serving certificate, reloaded when its files change.
 //! - [`metrics`] and [`log`]: what an operator reads.
 //! - [`events`]: Kubernetes Events on each wrapped or skipped pod's owner,
@@ -13,6 +15,7 @@
 pub mod admission;
 pub mod apiserver;
 pub mod events;
+pub mod fair;
 pub mod limits;
 pub mod log;
 pub mod metrics;

@@ -10,7 +10,10 @@
 //!   idle keep-alive connection after `--idle-timeout`;
 //! - above `--max-connections` open or `--max-handshakes` under way, a new
 //!   connection is closed at accept, so a flood costs CPU, not the memory
-//!   limit (see [`super::limits`]);
+//!   limit (see [`super::limits`]), unless the source address holding the
+//!   most connections still in their handshake or first request (more
+//!   than the newcomer's) gives way for it, its oldest such; and no source
+//!   holds more than `--max-source-share` (see [`super::fair`]);
 //! - a body above the API server's own 3 MiB limit is refused (413) by its
 //!   Content-Length, or as soon as it grows past it, without being buffered;
 //!   bodies held at once share a budget, and a request it cannot cover is
@@ -52,9 +55,8 @@ use tokio_rustls::TlsAcceptor;
 
 use super::admission::{self, MAX_BODY, Settings};
 use super::events::{self, Events};
-use super::limits::{
-    BODY_BUDGET, BodyBudget, Deadline, Expired, Held, SMALL_BODY, SMALL_LANE, Shed, Slot, Slots, Timed,
-};
+use super::fair::{Caps, Fair, Ticket};
+use super::limits::{BODY_BUDGET, BodyBudget, Deadline, Expired, Held, SMALL_BODY, SMALL_LANE, Timed};
 use super::log;
 use super::metrics::Metrics;
 use super::tls::{Certificates, Reload};
@@ -71,6 +73,8 @@ pub struct Config {
     pub idle_timeout: Duration,
     pub max_connections: usize,
     pub max_handshakes: usize,
+    /// The share of each cap one source address may hold, in percent.
+    pub max_source_share: u8,
     pub shutdown_delay: Duration,
     pub drain_timeout: Duration,
     pub settings: Settings,
@@ -83,7 +87,7 @@ struct State {
     draining: AtomicBool,
     client_timeout: Duration,
     idle_timeout: Duration,
-    slots: Arc<Slots>,
+    fair: Arc<Fair>,
     bodies: Arc<BodyBudget>,
     /// Offered each decision after its answer is built; never waited for.
     events: Events,
@@ -155,7 +159,11 @@ async fn serve(config: Config) -> i32 {
         draining: AtomicBool::new(false),
         client_timeout: config.client_timeout,
         idle_timeout: config.idle_timeout,
-        slots: Slots::new(config.max_connections, config.max_handshakes),
+        fair: Fair::new(Caps {
+            connections: config.max_connections,
+            handshakes: config.max_handshakes,
+            source_share: config.max_source_share,
+        }),
         bodies: BodyBudget::new(BODY_BUDGET, SMALL_LANE, SMALL_BODY),
         events: Events::start(&config.events),
     });
@@ -200,20 +208,25 @@ fn tls(config: &Config) -> Result<(Arc<Certificates>, TlsAcceptor), (i32, String
     Ok((certificates, TlsAcceptor::from(Arc::new(tls))))
 }
 
-/// One accepted connection: served in a task of its own within the caps,
-/// or closed at once above them.
+/// One accepted connection: served in a task of its own within the caps
+/// and its source's share (another may give way for it), or closed at once.
 async fn accept(
     accepted: std::io::Result<(TcpStream, SocketAddr)>,
     acceptor: &TlsAcceptor,
     state: &Arc<State>,
     graceful: &GracefulShutdown,
 ) {
+    // Evicted connections are closed before more are admitted (see `fair`).
+    state.fair.settled().await;
     match accepted {
-        Ok((tcp, _)) => match state.slots.admit() {
-            Ok(slots) => {
+        Ok((tcp, peer)) => match state.fair.admit(peer.ip()) {
+            Ok(admitted) => {
+                if let Some(phase) = admitted.evicted {
+                    state.metrics.evicted(phase);
+                }
                 tokio::spawn(connection(
                     tcp,
-                    slots,
+                    admitted.ticket,
                     acceptor.clone(),
                     state.clone(),
                     graceful.watcher(),
@@ -221,7 +234,7 @@ async fn accept(
             }
             // Closed at once: the client sees its connection reset or ended.
             Err(why) => {
-                state.metrics.shed(why == Shed::Handshakes);
+                state.metrics.shed(why);
                 drop(tcp);
             }
         },
@@ -293,34 +306,37 @@ async fn reload(certificates: Arc<Certificates>) {
     }
 }
 
-async fn connection(
-    tcp: TcpStream,
-    (_open, handshake): (Slot, Slot),
-    acceptor: TlsAcceptor,
-    state: Arc<State>,
-    watcher: Watcher,
-) {
+/// One connection, from its handshake to its end: closed by a bound, by
+/// the client, by the drain, or when it gives way to a newcomer.
+async fn connection(tcp: TcpStream, ticket: Ticket, acceptor: TlsAcceptor, state: Arc<State>, watcher: Watcher) {
     let _ = tcp.set_nodelay(true);
-    let mut tls = match tokio::time::timeout(state.client_timeout, acceptor.accept(tcp)).await {
-        Ok(Ok(stream)) => stream,
-        // A failed or too slow handshake: nothing to answer.
-        Ok(Err(_)) => return,
-        Err(_) => {
-            state.metrics.closed("handshake");
-            return;
-        }
+    ticket.watch(std::os::fd::AsRawFd::as_raw_fd(&tcp));
+    let ticket = Arc::new(ticket);
+    let handshake = tokio::time::timeout(state.client_timeout, acceptor.accept(tcp));
+    let mut tls = tokio::select! {
+        done = handshake => match done {
+            Ok(Ok(stream)) => stream,
+            // A failed or too slow handshake: nothing to answer.
+            Ok(Err(_)) => return,
+            Err(_) => {
+                state.metrics.closed("handshake");
+                return;
+            }
+        },
+        // Counted at eviction; dropping the handshake closes the socket.
+        () = ticket.evicted() => return,
     };
-    drop(handshake);
+    ticket.handshaken();
     tls.get_mut().1.set_buffer_limit(Some(TLS_BUFFER));
     let deadline = Deadline::new(state.client_timeout, state.idle_timeout);
     let io = TokioIo::new(Timed::new(tls, deadline.clone()));
-    let (cycle, shared) = (deadline.clone(), state.clone());
+    let (cycle, shared, place) = (deadline.clone(), state.clone(), ticket.clone());
     let service = service_fn(move |req| {
-        let (state, cycle) = (shared.clone(), cycle.clone());
+        let (state, cycle, ticket) = (shared.clone(), cycle.clone(), place.clone());
         // A request buffered behind another begins its cycle here.
         cycle.begin();
         async move {
-            let answer = handle(req, &state).await;
+            let answer = handle(req, &state, &ticket).await;
             cycle.answered();
             answer
         }
@@ -339,6 +355,8 @@ async fn connection(
             // Dropping the connection closes it, whatever it was waiting for.
             state.metrics.closed(if expired == Expired::Request { "request" } else { "idle" });
         }
+        // Only before its first request arrived whole (see `fair`).
+        () = ticket.evicted() => {}
     }
 }
 
@@ -355,8 +373,13 @@ fn plain(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
     answer(status, "text/plain; charset=utf-8", format!("{body}\n"))
 }
 
-async fn handle(req: Request<Incoming>, state: &State) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(req: Request<Incoming>, state: &State, ticket: &Ticket) -> Result<Response<Full<Bytes>>, Infallible> {
     let started = Instant::now();
+    // A request without a body has arrived whole with its head; a review
+    // once its body has (in `mutate`).
+    if !(req.method() == Method::POST && req.uri().path() == "/mutate") {
+        ticket.answering();
+    }
     Ok(match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => plain(StatusCode::OK, "ok"),
         (&Method::GET, "/readyz") if state.draining.load(Ordering::SeqCst) => {
@@ -364,11 +387,11 @@ async fn handle(req: Request<Incoming>, state: &State) -> Result<Response<Full<B
         }
         (&Method::GET, "/readyz") => plain(StatusCode::OK, "ok"),
         (&Method::GET, "/metrics") => {
-            let mut text = state.metrics.render(state.slots.counts(), state.bodies.in_flight());
+            let mut text = state.metrics.render(state.fair.counts(), state.bodies.in_flight());
             state.events.render(&mut text);
             answer(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", text)
         }
-        (&Method::POST, "/mutate") => mutate(req, state, started).await,
+        (&Method::POST, "/mutate") => mutate(req, state, started, ticket).await,
         (_, "/mutate") => plain(StatusCode::METHOD_NOT_ALLOWED, "POST an AdmissionReview to /mutate"),
         _ => plain(
             StatusCode::NOT_FOUND,
@@ -401,7 +424,7 @@ fn refuse(
     response
 }
 
-async fn mutate(req: Request<Incoming>, state: &State, started: Instant) -> Response<Full<Bytes>> {
+async fn mutate(req: Request<Incoming>, state: &State, started: Instant, ticket: &Ticket) -> Response<Full<Bytes>> {
     let content_type = req
         .headers()
         .get(CONTENT_TYPE)
@@ -429,11 +452,25 @@ async fn mutate(req: Request<Incoming>, state: &State, started: Instant) -> Resp
         let why = too_large(&format!("{size} bytes"));
         return refuse(state, started, StatusCode::PAYLOAD_TOO_LARGE, "too-large", why, true);
     }
-    let bytes = match read_body(req.into_body(), declared, state).await {
-        Ok((bytes, _held)) => bytes,
+    let (body, held) = match read_body(req.into_body(), declared, state).await {
+        Ok(read) => read,
         Err(e) => return refuse_body(state, started, e),
     };
-    match admission::review(&bytes, &state.settings) {
+    ticket.answering();
+    decide(body, held, state, started, admission::review)
+}
+
+/// The review of a body read whole, and its answer. The body's budget is
+/// held until the review built from it, and the body, have been dropped:
+/// the parse is in memory as long as the body is.
+fn decide(
+    body: Bytes,
+    held: Held,
+    state: &State,
+    started: Instant,
+    review: impl FnOnce(&[u8], &Settings) -> Result<admission::Answer, String>,
+) -> Response<Full<Bytes>> {
+    let response = match review(&body, &state.settings) {
         Ok(reviewed) => {
             let took = started.elapsed();
             state
@@ -454,7 +491,10 @@ async fn mutate(req: Request<Incoming>, state: &State, started: Instant) -> Resp
             }
         }
         Err(why) => refuse(state, started, StatusCode::BAD_REQUEST, "bad-request", why, false),
-    }
+    };
+    drop(body);
+    drop(held);
+    response
 }
 
 fn too_large(size: &str) -> String {
@@ -558,5 +598,62 @@ async fn read_body(body: Incoming, declared: Option<u64>, state: &State) -> Resu
         Ok(Ok(bytes)) => Ok((bytes, held)),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(BodyError::Timeout),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transform::Options;
+
+    /// A server's state whose body budget is `budget` bytes, all shared.
+    fn state(budget: usize) -> State {
+        State {
+            settings: Settings {
+                options: Options {
+                    image: "registry.example.com/meshwrap:0.1.0".into(),
+                    ..Options::default()
+                },
+                namespace: "meshwrap-system".into(),
+            },
+            metrics: Metrics::default(),
+            draining: AtomicBool::new(false),
+            client_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            fair: Fair::new(Caps {
+                connections: 4,
+                handshakes: 4,
+                source_share: 100,
+            }),
+            bodies: BodyBudget::new(budget, 0, 0),
+            events: Events::off(),
+        }
+    }
+
+    #[test]
+    fn a_bodys_budget_is_held_until_the_review_built_from_it_is_dropped() {
+        let body = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/admission/job-pod.review.json"
+        ))
+        .unwrap();
+        // A budget of exactly this body, taken as `read_body` takes it.
+        let state = state(body.len());
+        let held = state.bodies.take(body.len()).unwrap();
+        let mut during = None;
+        // The hook runs the review and looks at the budget while the review
+        // it built is alive: the marker, rather than a race with a scrape.
+        let response = decide(Bytes::from(body.clone()), held, &state, Instant::now(), |b, s| {
+            let reviewed = admission::review(b, s);
+            during = Some((state.bodies.in_flight(), state.bodies.take(1).is_none()));
+            reviewed
+        });
+        assert_eq!(
+            during,
+            Some((body.len(), true)),
+            "(held, and nothing more fits) during the review"
+        );
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(state.bodies.in_flight(), 0, "given back once the review is dropped");
     }
 }

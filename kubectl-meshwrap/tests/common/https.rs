@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -229,6 +229,14 @@ pub fn client_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
     Arc::new(config)
 }
 
+/// A TCP connection to the webhook on loopback from `source`, within `within`.
+pub fn tcp_from(source: Ipv4Addr, port: u16, within: Duration) -> std::io::Result<TcpStream> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    socket.bind(&SocketAddr::from((source, 0)).into())?;
+    socket.connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)).into(), within)?;
+    Ok(socket.into())
+}
+
 pub struct Response {
     pub status: u16,
     pub headers: Vec<(String, String)>,
@@ -275,6 +283,28 @@ impl Client {
         within: Duration,
     ) -> std::io::Result<Client> {
         let tcp = TcpStream::connect_timeout(&std::net::SocketAddr::from(([127, 0, 0, 1], port)), within)?;
+        Self::over(tcp, config, name, within)
+    }
+
+    /// Connects from `source`, a loopback address of its own (127.0.0.0/8
+    /// is all local), as a client on another host would: the webhook
+    /// counts its shares by source address.
+    pub fn connect_from(
+        source: Ipv4Addr,
+        port: u16,
+        config: Arc<rustls::ClientConfig>,
+        within: Duration,
+    ) -> std::io::Result<Client> {
+        Self::over(tcp_from(source, port, within)?, config, "localhost", within)
+    }
+
+    /// The TLS handshake over `tcp`, each read bounded by `within`.
+    fn over(
+        tcp: TcpStream,
+        config: Arc<rustls::ClientConfig>,
+        name: &str,
+        within: Duration,
+    ) -> std::io::Result<Client> {
         tcp.set_read_timeout(Some(within))?;
         tcp.set_write_timeout(Some(within))?;
         tcp.set_nodelay(true)?;

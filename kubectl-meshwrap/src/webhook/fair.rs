@@ -1,0 +1,775 @@
+//! Who gets a connection slot when the webhook is full: fair shares by
+//! source address, and eviction of the slowest.
+//!
+//! With `failurePolicy: Fail`, a connection refused is a pod creation
+//! failed (the API server does not retry an admission call), and any pod
+//! that can reach the port can dial. The caps of [`super::limits`] protect
+//! the webhook's memory; this table decides, when they are reached, whether
+//! a newcomer gets in and who gives way:
+//! - **Counted by source.** Every connection, every connection still in
+//!   its TLS handshake, and every connection still being set up (in its
+//!   handshake or its first request: the *candidates*, which may give way)
+//!   is counted against its [`Source`]: an IPv4 address, or an IPv6 /64
+//!   (what one host or one tenant is given, so the 2^64 addresses of one
+//!   subnet are one source).
+//! - **A cap per source.** No source holds more than `--max-source-share`
+//!   of the connection slots, nor of the handshake slots; above it, its new
+//!   connection is closed at accept, full server or not.
+//! - **Fair shares when full.** When every connection slot is taken, a
+//!   newcomer gets in when another source holds more candidates than the
+//!   newcomer's source (two more, or one when the newcomer's holds none, so
+//!   that two sources never take turns evicting each other): the source
+//!   holding the most gives way (among equals, the one whose candidate is
+//!   the oldest), its oldest candidate that waits on its client: one whose
+//!   client's bytes wait unread in the kernel is waiting on the server (its
+//!   task has not run yet, as when handshakes queue for the CPU), and is
+//!   passed over ([`Conn::waiting_on_us`]). Repeated, this leaves the sources
+//!   that contend for the slots with equal shares of them, each its fair
+//!   share; a newcomer from a source already holding it is closed at
+//!   accept, as before. The handshake slots are shared the same way, by the
+//!   handshakes each source holds. Candidates, not all connections, are
+//!   weighed: the API server's pooled connections are not candidates, so a
+//!   large pool does not cost its new connections their way in.
+//! - **Never one answering.** A connection leaves the candidates for good
+//!   once a request of it has arrived whole ([`Ticket::answering`]): its
+//!   answer is never cut, nor is an API server's pooled connection between
+//!   requests: closing an idle keep-alive connection could race a request
+//!   the API server is writing on it, and Go's client retries a request on
+//!   a kept connection the server closed only when nothing of it was
+//!   written, or when it is replayable, which a POST is not without an
+//!   Idempotency-Key header (Go's net/http, src/net/http/transport.go
+//!   `shouldRetryRequest` and request.go `isReplayable`).
+//!
+//! So a slow client, from however many connections of one source, gives
+//! way to a client that completes its handshake and sends its request
+//! promptly from another: the newcomer is the youngest candidate, and the
+//! oldest goes first. What an attacker needs to lock the API server out
+//! anyway is in docs/webhook.md ("Load and fairness").
+//!
+//! Bounded state: a source has an entry only while it holds a connection,
+//! so there are never more entries than `--max-connections`, however many
+//! addresses dial (a refused dial leaves nothing behind). An evicted
+//! connection leaves the counts at once, so the newcomer can take its
+//! slot; it is closed as soon as its task runs, and at most
+//! `--max-handshakes` evicted connections may be waiting for that (the
+//! accept loop waits for them first, [`Fair::settled`]), so the memory they
+//! hold is bounded too.
+//!
+//! Races it guards against:
+//! - **Eviction against the first request arriving.** Both happen under the
+//!   table's lock: a connection is either evicted while still a candidate
+//!   (its task sees [`Ticket::evicted`] and drops it) or has left the
+//!   candidates first, and is then never evicted.
+//! - **A check and its count.** Only the accept loop admits, under the same
+//!   lock, so two newcomers never both take the last slot, nor evict for
+//!   the same one.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+
+/// Where a connection comes from, as the fair shares count it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    V4(u32),
+    /// The upper 64 bits of an IPv6 address: its /64.
+    V6(u64),
+}
+
+impl Source {
+    /// The source of a peer address; an IPv4-mapped IPv6 address (a
+    /// dual-stack listener's IPv4 peer) is its IPv4 address.
+    pub fn of(ip: IpAddr) -> Source {
+        match ip {
+            IpAddr::V4(v4) => Source::V4(u32::from(v4)),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => Source::V4(u32::from(v4)),
+                None => Source::V6((u128::from(v6) >> 64) as u64),
+            },
+        }
+    }
+}
+
+/// Why a connection was closed at accept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// Every connection slot is taken, and no source holds enough more
+    /// candidates than the newcomer's to give way.
+    Connections,
+    /// The same, for the handshake slots.
+    Handshakes,
+    /// Its source holds `--max-source-share` of the slots already.
+    SourceShare,
+}
+
+/// Where an evicted connection was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Handshake,
+    /// After its handshake, before its first request arrived whole.
+    Request,
+}
+
+/// The caps: open connections, handshakes under way, and the share of
+/// each one source may hold, in percent.
+#[derive(Clone, Copy, Debug)]
+pub struct Caps {
+    pub connections: usize,
+    pub handshakes: usize,
+    pub source_share: u8,
+}
+
+impl Caps {
+    /// What one source may hold of `slots`: the share, rounded up, at least 1.
+    fn per_source(&self, slots: usize) -> usize {
+        (slots * usize::from(self.source_share)).div_ceil(100).max(1)
+    }
+}
+
+/// One connection as the table knows it.
+struct Conn {
+    evicted: AtomicBool,
+    wake: Notify,
+    /// Its socket, to see whether it waits on its client or on us; -1 once
+    /// the connection is going (or in tests without one).
+    fd: AtomicI32,
+}
+
+impl Conn {
+    /// Whether bytes its client sent wait unread in the kernel: then the
+    /// server, not the client, is slow (its task has not run yet), and the
+    /// connection is passed over as a victim.
+    fn waiting_on_us(&self) -> bool {
+        let fd = self.fd.load(Ordering::Relaxed);
+        if fd < 0 {
+            return false;
+        }
+        let mut unread: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one c_int through the pointer, which is
+        // valid for the call. The fd is the connection's socket, set while
+        // its task owns it and cleared under the table's lock when the
+        // connection leaves; if the task has just closed it, the call fails
+        // or reads another socket's count, which only changes which
+        // candidate gives way.
+        let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut unread) };
+        r == 0 && unread > 0
+    }
+}
+
+/// How many candidates the choice of a victim looks at, at most.
+const PROBES: usize = 64;
+
+/// What one source holds.
+#[derive(Default)]
+struct Holding {
+    connections: usize,
+    /// Connections in their handshake, oldest first (ids grow).
+    handshakes: BTreeSet<u64>,
+    /// The candidates: connections that may give way (in their handshake
+    /// or first request), oldest first.
+    candidates: BTreeMap<u64, Arc<Conn>>,
+}
+
+impl Holding {
+    /// Its connections that may give way, oldest first: only those in their
+    /// handshake when `handshakes`.
+    fn may_give_way(&self, handshakes: bool) -> impl Iterator<Item = u64> + '_ {
+        let (only_handshakes, all) = match handshakes {
+            true => (Some(self.handshakes.iter()), None),
+            false => (None, Some(self.candidates.keys())),
+        };
+        only_handshakes
+            .into_iter()
+            .flatten()
+            .chain(all.into_iter().flatten())
+            .copied()
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    sources: HashMap<Source, Holding>,
+    open: usize,
+    handshaking: usize,
+    /// Evicted connections whose task has not ended yet.
+    dying: usize,
+    next: u64,
+}
+
+/// The slots and who holds them (see the module's notes).
+pub struct Fair {
+    caps: Caps,
+    table: Mutex<Table>,
+    /// Told when an evicted connection's task has ended.
+    ended: Notify,
+}
+
+/// A connection admitted, and the one that gave way for it, if any.
+pub struct Admitted {
+    pub ticket: Ticket,
+    pub evicted: Option<Phase>,
+}
+
+/// One admitted connection's place in the table; released when dropped.
+pub struct Ticket {
+    fair: Arc<Fair>,
+    source: Source,
+    id: u64,
+    conn: Arc<Conn>,
+    /// Set once it has left the candidates: later requests skip the lock.
+    answering: AtomicBool,
+}
+
+/// The figures `/metrics` shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub open: usize,
+    pub handshaking: usize,
+    /// Sources holding a connection: the table's entries.
+    pub sources: usize,
+}
+
+impl Fair {
+    pub fn new(caps: Caps) -> Arc<Fair> {
+        Arc::new(Fair {
+            caps,
+            table: Mutex::new(Table::default()),
+            ended: Notify::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn counts(&self) -> Counts {
+        let t = self.lock();
+        Counts {
+            open: t.open,
+            handshaking: t.handshaking,
+            sources: t.sources.len(),
+        }
+    }
+
+    /// Waits until fewer than `--max-handshakes` evicted connections are
+    /// still to be closed: the accept loop calls it before [`Fair::admit`],
+    /// so a burst of evictions holds new connections in the kernel's
+    /// backlog for the moment their tasks take to run, instead of refusing
+    /// them or letting the memory of the evicted grow.
+    pub async fn settled(&self) {
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.lock().dying < self.caps.handshakes {
+                return;
+            }
+            ended.await;
+        }
+    }
+
+    /// A slot for a connection just accepted from `ip`, or why it is
+    /// refused. When the server is full and another source holds more
+    /// candidates than the newcomer's, the heaviest's oldest gives way (it
+    /// is told through its [`Ticket::evicted`]).
+    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admitted, Refused> {
+        let source = Source::of(ip);
+        let mut t = self.lock();
+        let held = t.held(source);
+        self.within_share(held.connections, held.handshakes)?;
+        let mut evicted = None;
+        if t.handshaking >= self.caps.handshakes {
+            let victim = (t.dying < self.caps.handshakes)
+                .then(|| t.handshake_victim(source, held.handshakes))
+                .flatten()
+                .ok_or(Refused::Handshakes)?;
+            evicted = Some(t.evict(victim));
+        }
+        if t.open >= self.caps.connections {
+            let victim = (t.dying < self.caps.handshakes)
+                .then(|| t.connection_victim(source, held.candidates))
+                .flatten()
+                .ok_or(Refused::Connections)?;
+            evicted = Some(t.evict(victim));
+        }
+        let conn = Arc::new(Conn {
+            evicted: AtomicBool::new(false),
+            wake: Notify::new(),
+            fd: AtomicI32::new(-1),
+        });
+        let id = t.add(source, conn.clone());
+        drop(t);
+        let ticket = Ticket {
+            fair: self.clone(),
+            source,
+            id,
+            conn,
+            answering: AtomicBool::new(false),
+        };
+        Ok(Admitted { ticket, evicted })
+    }
+
+    /// Refuses a source that holds its share of either kind of slot. At a
+    /// share of 100% that is the cap itself, and named so.
+    fn within_share(&self, connections: usize, handshakes: usize) -> Result<(), Refused> {
+        let share = |held: usize, slots: usize, cap: Refused| {
+            let most = self.caps.per_source(slots);
+            match held >= most {
+                false => Ok(()),
+                true if most >= slots => Err(cap),
+                true => Err(Refused::SourceShare),
+            }
+        };
+        share(handshakes, self.caps.handshakes, Refused::Handshakes)?;
+        share(connections, self.caps.connections, Refused::Connections)
+    }
+}
+
+/// What one source holds.
+struct Held {
+    connections: usize,
+    handshakes: usize,
+    candidates: usize,
+}
+
+/// Whether a source holding `held` may give way to a newcomer whose source
+/// holds `newcomer`: it must hold two more, so the swap leaves the shares
+/// more even (two sources cannot take turns evicting each other), except
+/// that a source holding nothing may take from one holding a single slot.
+fn gives_way(held: usize, newcomer: usize) -> bool {
+    held > newcomer + usize::from(newcomer > 0)
+}
+
+impl Table {
+    fn held(&self, source: Source) -> Held {
+        self.sources.get(&source).map_or(
+            Held {
+                connections: 0,
+                handshakes: 0,
+                candidates: 0,
+            },
+            |h| Held {
+                connections: h.connections,
+                handshakes: h.handshakes.len(),
+                candidates: h.candidates.len(),
+            },
+        )
+    }
+
+    fn add(&mut self, source: Source, conn: Arc<Conn>) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        let holding = self.sources.entry(source).or_default();
+        holding.connections += 1;
+        holding.handshakes.insert(id);
+        holding.candidates.insert(id, conn);
+        self.open += 1;
+        self.handshaking += 1;
+        id
+    }
+
+    /// The oldest handshake of the source holding the most handshakes, if it
+    /// [`gives_way`] to the newcomer's `held`.
+    fn handshake_victim(&self, newcomer: Source, held: usize) -> Option<(Source, u64)> {
+        self.victim(
+            newcomer,
+            |h| gives_way(h.handshakes.len(), held).then_some(h.handshakes.len()),
+            true,
+        )
+    }
+
+    /// The oldest candidate of the source holding the most candidates, if
+    /// it [`gives_way`] to the newcomer's `held`.
+    fn connection_victim(&self, newcomer: Source, held: usize) -> Option<(Source, u64)> {
+        self.victim(
+            newcomer,
+            |h| gives_way(h.candidates.len(), held).then_some(h.candidates.len()),
+            false,
+        )
+    }
+
+    /// The victim: among the sources `weight` lets give way (other than the
+    /// newcomer's), the heaviest first (among equals, the one whose oldest
+    /// is the oldest), its oldest candidate (its oldest handshake when
+    /// `handshakes`) that is not [`Conn::waiting_on_us`]; at most
+    /// [`PROBES`] candidates looked at. One pass over the sources finds the
+    /// heaviest; only when none of its candidates will do are the others
+    /// sorted.
+    fn victim(
+        &self,
+        newcomer: Source,
+        weight: impl Fn(&Holding) -> Option<usize>,
+        handshakes: bool,
+    ) -> Option<(Source, u64)> {
+        let order = |a: &(usize, u64, Source), b: &(usize, u64, Source)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+        let mut eligible = self
+            .sources
+            .iter()
+            .filter(|(s, _)| **s != newcomer)
+            .filter_map(|(s, h)| Some((weight(h)?, h.may_give_way(handshakes).next()?, *s)));
+        let heaviest = eligible.clone().min_by(order)?;
+        let mut probes = 0;
+        let mut try_source = |source: Source| {
+            let holding = &self.sources[&source];
+            for id in holding.may_give_way(handshakes) {
+                if probes == PROBES {
+                    return None;
+                }
+                probes += 1;
+                if !holding.candidates[&id].waiting_on_us() {
+                    return Some((source, id));
+                }
+            }
+            None
+        };
+        if let Some(victim) = try_source(heaviest.2) {
+            return Some(victim);
+        }
+        let mut rest: Vec<(usize, u64, Source)> = eligible.by_ref().filter(|e| e.2 != heaviest.2).collect();
+        rest.sort_unstable_by(order);
+        rest.into_iter().find_map(|(_, _, source)| try_source(source))
+    }
+
+    /// Takes a candidate out of the counts and tells its task to close it.
+    fn evict(&mut self, (source, id): (Source, u64)) -> Phase {
+        let (conn, handshaking) = self.remove(source, id);
+        let conn = conn.expect("a victim is chosen among the candidates");
+        conn.evicted.store(true, Ordering::Relaxed);
+        conn.wake.notify_one();
+        self.dying += 1;
+        if handshaking { Phase::Handshake } else { Phase::Request }
+    }
+
+    /// Takes connection `id` out of `source`'s holding and the totals; the
+    /// source's entry goes with its last connection. Its `Conn` if it was a
+    /// candidate, and whether it was in its handshake.
+    fn remove(&mut self, source: Source, id: u64) -> (Option<Arc<Conn>>, bool) {
+        let Some(holding) = self.sources.get_mut(&source) else {
+            return (None, false);
+        };
+        let handshaking = holding.handshakes.remove(&id);
+        let conn = holding.candidates.remove(&id);
+        holding.connections -= 1;
+        if holding.connections == 0 {
+            self.sources.remove(&source);
+        }
+        self.handshaking -= usize::from(handshaking);
+        self.open -= 1;
+        (conn, handshaking)
+    }
+}
+
+impl Ticket {
+    /// The connection's socket, so that one waiting on the server is not
+    /// chosen to give way (see [`Conn::waiting_on_us`]).
+    pub fn watch(&self, fd: RawFd) {
+        self.conn.fd.store(fd, Ordering::Relaxed);
+    }
+
+    /// The TLS handshake is over: the handshake slot is given back (the
+    /// connection may still give way until its first request arrives).
+    pub fn handshaken(&self) {
+        let mut t = self.fair.lock();
+        if self.conn.evicted.load(Ordering::Relaxed) {
+            return;
+        }
+        let t = &mut *t;
+        if let Some(holding) = t.sources.get_mut(&self.source)
+            && holding.handshakes.remove(&self.id)
+        {
+            t.handshaking -= 1;
+        }
+    }
+
+    /// A request has arrived whole and is being answered: from now on this
+    /// connection never gives way. Cheap after the first call.
+    pub fn answering(&self) {
+        if self.answering.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut t = self.fair.lock();
+        if !self.conn.evicted.load(Ordering::Relaxed)
+            && let Some(holding) = t.sources.get_mut(&self.source)
+        {
+            holding.candidates.remove(&self.id);
+        }
+        drop(t);
+        self.answering.store(true, Ordering::Relaxed);
+    }
+
+    /// Resolves when this connection has been chosen to give way.
+    pub async fn evicted(&self) {
+        self.conn.wake.notified().await;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut t = self.fair.lock();
+        self.conn.fd.store(-1, Ordering::Relaxed);
+        if self.conn.evicted.load(Ordering::Relaxed) {
+            t.dying -= 1;
+            self.fair.ended.notify_one();
+        } else {
+            t.remove(self.source, self.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))
+    }
+
+    fn fair(connections: usize, handshakes: usize, source_share: u8) -> Arc<Fair> {
+        Fair::new(Caps {
+            connections,
+            handshakes,
+            source_share,
+        })
+    }
+
+    /// Admits from `ip` a connection that finished its handshake.
+    fn open(fair: &Arc<Fair>, ip: IpAddr) -> Ticket {
+        let admitted = fair.admit(ip).unwrap_or_else(|e| panic!("{ip}: {e:?}"));
+        assert_eq!(admitted.evicted, None);
+        admitted.ticket.handshaken();
+        admitted.ticket
+    }
+
+    impl Ticket {
+        fn is_evicted(&self) -> bool {
+            self.conn.evicted.load(Ordering::Relaxed)
+        }
+    }
+
+    #[test]
+    fn a_source_is_an_ipv4_address_or_an_ipv6_64() {
+        let v6 = |s: &str| Source::of(s.parse::<Ipv6Addr>().unwrap().into());
+        assert_eq!(v6("2001:db8:1:2::1"), v6("2001:db8:1:2:ffff:ffff:ffff:ffff"));
+        assert_ne!(v6("2001:db8:1:2::1"), v6("2001:db8:1:3::1"));
+        assert_eq!(
+            v6("::ffff:10.0.0.1"),
+            Source::of(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)))
+        );
+        assert_ne!(Source::of(ip(1)), Source::of(ip(2)));
+    }
+
+    #[test]
+    fn no_source_holds_more_than_its_share_of_connections_or_of_handshakes() {
+        // 25% of 8 connections and of 4 handshakes: 2 and 1.
+        let fair = fair(8, 4, 25);
+        let first = fair.admit(ip(2)).unwrap().ticket;
+        assert_eq!(
+            fair.admit(ip(2)).err(),
+            Some(Refused::SourceShare),
+            "a second handshake"
+        );
+        first.handshaken();
+        let _second = open(&fair, ip(2));
+        assert_eq!(
+            fair.admit(ip(2)).err(),
+            Some(Refused::SourceShare),
+            "a third connection"
+        );
+        // Another source is not held back, and the server is far from full.
+        let _other = open(&fair, ip(3));
+        assert_eq!(fair.counts().open, 3);
+        // At 100% the share is the cap itself, and named so.
+        let whole = self::fair(2, 1, 100);
+        let _a = whole.admit(ip(2)).unwrap().ticket;
+        assert_eq!(whole.admit(ip(2)).err(), Some(Refused::Handshakes));
+    }
+
+    #[test]
+    fn when_full_a_newcomer_from_a_lighter_source_evicts_the_oldest_candidate_of_the_heaviest() {
+        let fair = fair(4, 4, 100);
+        let heavy: Vec<Ticket> = (0..3).map(|_| open(&fair, ip(2))).collect();
+        let light = open(&fair, ip(3));
+        // Full. A newcomer from a source holding nothing gets in.
+        let newcomer = fair.admit(ip(4)).unwrap();
+        assert_eq!(newcomer.evicted, Some(Phase::Request));
+        assert!(heavy[0].is_evicted(), "the heaviest source's oldest gives way");
+        assert!(!heavy[1].is_evicted() && !heavy[2].is_evicted() && !light.is_evicted());
+        assert_eq!(fair.counts().open, 4);
+        // The heavy source (2 candidates, the others 1) has its fair share: refused.
+        assert_eq!(fair.admit(ip(2)).err(), Some(Refused::Connections));
+        // So is one holding one less than the heaviest (a swap would only reverse them).
+        assert_eq!(fair.admit(ip(3)).err(), Some(Refused::Connections));
+        drop(heavy);
+        assert_eq!(
+            fair.counts(),
+            Counts {
+                open: 2,
+                handshaking: 1,
+                sources: 2
+            }
+        );
+    }
+
+    #[test]
+    fn a_source_with_a_large_pool_of_answered_connections_still_gets_a_newcomer_in() {
+        let fair = fair(10, 10, 100);
+        // An API server's pool: six connections, each answered once.
+        let pool: Vec<Ticket> = (0..6).map(|_| open(&fair, ip(2))).collect();
+        pool.iter().for_each(Ticket::answering);
+        // Two slow clients from each of two other sources: full.
+        let slow: Vec<Ticket> = [3, 3, 4, 4].iter().map(|last| open(&fair, ip(*last))).collect();
+        // The pool's source holds the most connections but no candidate:
+        // its new connection takes the oldest slow client's place.
+        let newcomer = fair.admit(ip(2)).unwrap();
+        assert_eq!(newcomer.evicted, Some(Phase::Request));
+        assert!(slow[0].is_evicted() && pool.iter().all(|t| !t.is_evicted()));
+    }
+
+    #[test]
+    fn a_candidate_whose_client_has_sent_what_the_server_has_not_read_yet_is_passed_over() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        use std::os::unix::net::UnixStream;
+        let fair = fair(3, 3, 100);
+        let (older_end, mut older_client) = UnixStream::pair().unwrap();
+        let (younger_end, _younger_client) = UnixStream::pair().unwrap();
+        let older = open(&fair, ip(2));
+        older.watch(older_end.as_raw_fd());
+        let younger = open(&fair, ip(2));
+        younger.watch(younger_end.as_raw_fd());
+        let other = open(&fair, ip(3));
+        // The older one's client has sent its request; the server's task has not read it yet.
+        older_client.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").unwrap();
+        let _first = fair.admit(ip(4)).unwrap();
+        assert!(
+            younger.is_evicted() && !older.is_evicted(),
+            "the server's delay is not the client's"
+        );
+        // Every source now holds one candidate: the oldest not waiting on the server gives way.
+        let _second = fair.admit(ip(5)).unwrap();
+        assert!(other.is_evicted() && !older.is_evicted());
+        // When every candidate that could give way waits on the server, the newcomer is refused.
+        let only = self::fair(1, 1, 100);
+        let waiting = only.admit(ip(2)).unwrap().ticket;
+        waiting.watch(older_end.as_raw_fd());
+        assert_eq!(only.admit(ip(3)).err(), Some(Refused::Handshakes));
+    }
+
+    #[test]
+    fn a_connection_answering_a_request_never_gives_way() {
+        let fair = fair(3, 3, 100);
+        let answering = open(&fair, ip(2));
+        answering.answering();
+        let slow = open(&fair, ip(2));
+        let pooled = open(&fair, ip(3));
+        pooled.answering();
+        // Full: the heaviest source's oldest candidate is the slow one, not the older answering one.
+        let newcomer = fair.admit(ip(4)).unwrap();
+        assert!(slow.is_evicted() && !answering.is_evicted());
+        newcomer.ticket.handshaken();
+        newcomer.ticket.answering();
+        // Full again, and no connection is a candidate: the next newcomer is refused.
+        assert_eq!(fair.admit(ip(5)).err(), Some(Refused::Connections));
+        assert!(!answering.is_evicted() && !pooled.is_evicted() && !newcomer.ticket.is_evicted());
+    }
+
+    #[test]
+    fn when_the_handshakes_are_full_the_heaviest_sources_oldest_handshake_gives_way() {
+        let fair = fair(10, 2, 100);
+        let silent: Vec<Ticket> = (0..2).map(|_| fair.admit(ip(2)).unwrap().ticket).collect();
+        assert_eq!(fair.admit(ip(2)).err(), Some(Refused::Handshakes));
+        let newcomer = fair.admit(ip(3)).unwrap();
+        assert_eq!(newcomer.evicted, Some(Phase::Handshake));
+        assert!(silent[0].is_evicted() && !silent[1].is_evicted());
+        assert_eq!(
+            fair.counts(),
+            Counts {
+                open: 2,
+                handshaking: 2,
+                sources: 2
+            }
+        );
+        // Both sources hold one handshake each: the next newcomer from a third
+        // source (0 < 2/3) takes the oldest of the two.
+        let third = fair.admit(ip(4)).unwrap();
+        assert_eq!(third.evicted, Some(Phase::Handshake));
+        assert!(silent[1].is_evicted() && !newcomer.ticket.is_evicted());
+    }
+
+    #[test]
+    fn evicted_connections_not_yet_closed_are_bounded() {
+        // 2 handshakes: at most 2 evicted connections may wait for their task.
+        let fair = fair(2, 2, 100);
+        let mut kept = Vec::new();
+        let _a = open(&fair, ip(2));
+        let _b = open(&fair, ip(2));
+        for last in 3..5 {
+            // Each newcomer from a new source evicts one of source 2's, or the previous newcomer's.
+            let admitted = fair.admit(ip(last)).unwrap();
+            assert!(admitted.evicted.is_some());
+            admitted.ticket.handshaken();
+            kept.push(admitted.ticket);
+        }
+        assert_eq!(fair.lock().dying, 2);
+        assert_eq!(fair.admit(ip(9)).err(), Some(Refused::Connections), "two already dying");
+        drop((_a, _b));
+        assert_eq!(fair.lock().dying, 0);
+        assert!(fair.admit(ip(9)).is_ok());
+    }
+
+    #[test]
+    fn a_million_sources_never_hold_more_entries_than_connection_slots() {
+        let fair = fair(64, 16, 25);
+        let mut held: std::collections::VecDeque<Ticket> = Default::default();
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut admitted, mut refused) = (0, 0);
+        for i in 0..1_000_000u32 {
+            let r = next();
+            let ip = if i % 2 == 0 {
+                IpAddr::V4(Ipv4Addr::from(r as u32))
+            } else {
+                IpAddr::V6(Ipv6Addr::from(u128::from(r) << 64 | u128::from(i)))
+            };
+            match fair.admit(ip) {
+                Ok(a) => {
+                    admitted += 1;
+                    match r % 3 {
+                        0 => {}
+                        1 => a.ticket.handshaken(),
+                        _ => {
+                            a.ticket.handshaken();
+                            a.ticket.answering();
+                        }
+                    }
+                    held.push_back(a.ticket);
+                }
+                Err(_) => refused += 1,
+            }
+            // Connections end now and then, the evicted ones among them.
+            if r % 5 == 0 || held.len() > 200 {
+                held.pop_front();
+            }
+            let t = fair.lock();
+            assert!(t.sources.len() <= 64, "{} entries", t.sources.len());
+            assert!(t.open <= 64 && t.handshaking <= 16 && t.dying <= 16);
+        }
+        assert!(
+            admitted > 100_000 && refused > 100_000,
+            "{admitted} admitted, {refused} refused"
+        );
+        drop(held);
+        let t = fair.lock();
+        assert_eq!((t.sources.len(), t.open, t.handshaking, t.dying), (0, 0, 0, 0));
+    }
+}
