@@ -164,7 +164,7 @@ pub struct Webhook {
     #[arg(long = "max-handshakes", value_name = "N", env = "MESHWRAP_MAX_HANDSHAKES",
           default_value = "64", value_parser = at_least_one)]
     pub max_handshakes: usize,
-    /// The most one source address (an IPv6 /64) may hold of --max-connections, and of --max-handshakes
+    /// The most one source address (an IPv6 /64) may hold of --max-connections (handshakes are shared by eviction, not capped per address)
     #[arg(long = "max-source-share", value_name = "PERCENT", env = "MESHWRAP_MAX_SOURCE_SHARE",
           default_value = "25%", value_parser = percent)]
     pub max_source_share: u8,

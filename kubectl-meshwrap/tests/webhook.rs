@@ -886,6 +886,29 @@ fn when_the_handshakes_are_full_a_newcomer_from_another_address_takes_the_oldest
 }
 
 #[test]
+fn a_burst_of_new_connections_from_one_address_is_not_refused_while_handshake_slots_are_free() {
+    // An API server whose pool is cold (after a restart, or a burst of pod
+    // creations) dials as many connections at once as it has admissions,
+    // all from one address: each refused one is a failed pod creation. At
+    // the default 25% share, one address's 20 handshakes at once are more
+    // than a share of the 64 handshake slots, and all get in.
+    let ca = Ca::new("burst CA");
+    let webhook = Webhook::start("burst", &ca, &["--client-timeout", "30s"]);
+    let mut watcher = client_from(&webhook, &ca, host(5, 9)).unwrap();
+    assert_eq!(watcher.get("/healthz").unwrap().status, 200);
+    // Twenty TCP connections that have not finished TLS yet, from one address.
+    let _pending: Vec<std::net::TcpStream> = (0..20)
+        .map(|_| tcp_from(host(5, 1), webhook.port, Duration::from_secs(20)).unwrap())
+        .collect();
+    wait_metric(&mut watcher, "meshwrap_webhook_handshakes", 20);
+    // One more from the same address completes and is served.
+    let mut last = client_from(&webhook, &ca, host(5, 1)).unwrap();
+    post(&mut last, &load(&fixtures().join("job-pod.review.json")));
+    assert_eq!(metric(&mut watcher, SHED_SHARE), 0);
+    assert_eq!(metric(&mut watcher, EVICTED_HANDSHAKE), 0);
+}
+
+#[test]
 fn a_connection_answering_a_request_is_never_evicted() {
     let ca = Ca::new("answering CA");
     let webhook = Webhook::start(
