@@ -483,6 +483,14 @@ fn bad_values_are_refused_with_what_they_accept() {
             json!({"admission": {"timeoutSeconds": 31}}),
             "/admission/timeoutSeconds",
         ),
+        (
+            json!({"webhook": {"server": {"maxSourceShare": "0%"}}}),
+            "/webhook/server/maxSourceShare",
+        ),
+        (
+            json!({"webhook": {"server": {"idleTimeout": "two minutes"}}}),
+            "/webhook/server/idleTimeout",
+        ),
         (json!({"certificates": {"mode": "vault"}}), "/certificates/mode"),
         (
             json!({"certificates": {"mode": "existing"}}),
@@ -600,6 +608,53 @@ fn pems(bundle: &str) -> Vec<String> {
         .map(|p| p.trim().to_string())
         .filter(|p| !p.is_empty())
         .collect()
+}
+
+/// The webhook container's environment, by name.
+fn webhook_env(objects: &[Value]) -> BTreeMap<String, Value> {
+    let deployment = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("a Deployment");
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .expect("env");
+    env.iter()
+        .map(|e| (e["name"].as_str().unwrap().to_string(), e["value"].clone()))
+        .collect()
+}
+
+#[test]
+fn the_servers_load_limits_reach_the_webhook_only_where_set() {
+    if !helm_ready() {
+        return;
+    }
+    let names = [
+        "MESHWRAP_MAX_CONNECTIONS",
+        "MESHWRAP_MAX_HANDSHAKES",
+        "MESHWRAP_MAX_SOURCE_SHARE",
+        "MESHWRAP_CLIENT_TIMEOUT",
+        "MESHWRAP_IDLE_TIMEOUT",
+    ];
+    let (defaults, _) = render(&values("default"), "meshwrap-system", None).unwrap();
+    let env = webhook_env(&defaults);
+    for name in names {
+        assert!(
+            !env.contains_key(name),
+            "{name} set by default: the webhook's own default stands"
+        );
+    }
+    let mut set = values("default");
+    json_patch::merge(
+        &mut set,
+        &json!({"webhook": {"server": {"maxConnections": 1024, "maxHandshakes": "128",
+            "maxSourceShare": "10%", "clientTimeout": "5s", "idleTimeout": "100s"}}}),
+    );
+    let (objects, _) = render(&set, "meshwrap-system", None).unwrap();
+    let env = webhook_env(&objects);
+    for (name, value) in names.iter().zip(["1024", "128", "10%", "5s", "100s"]) {
+        assert_eq!(env.get(*name), Some(&json!(value)), "{name}");
+    }
 }
 
 #[test]
