@@ -41,8 +41,9 @@
 //!   the API server is writing on it, and Go's client retries a request on
 //!   a kept connection the server closed only when nothing of it was
 //!   written, or when it is replayable, which a POST is not without an
-//!   Idempotency-Key header (Go's net/http, src/net/http/transport.go
-//!   `shouldRetryRequest` and request.go `isReplayable`).
+//!   Idempotency-Key header (Go's net/http, golang/go at a925402b, a
+//!   Go 1.24+ tree: src/net/http/transport.go, the `Transport` doc comment
+//!   and `shouldRetryRequest`, and request.go `isReplayable`).
 //!
 //! So a slow client, from however many connections of one source, gives
 //! way to a client that completes its handshake and sends its request
