@@ -129,6 +129,10 @@ fn manifests(args: kubectl_meshwrap::cli::Manifests) -> i32 {
         events: args.events == "on",
         options: args.pod.options(),
     };
+    if let Err(e) = manifests::check(&request) {
+        say(&e);
+        std::process::exit(2);
+    }
     let text = match manifests::render(&request) {
         Ok(text) => text,
         Err(e) => {

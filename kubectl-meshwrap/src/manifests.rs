@@ -625,8 +625,10 @@ fn webhook_configuration(c: &Common, ca_bundle: Option<&str>, conditions: bool) 
     configuration
 }
 
-/// Every object, in the order `kubectl apply` should create them.
-pub fn objects(req: &Request) -> Result<Vec<Value>, String> {
+/// The request's flags, checked together before anything is made: the
+/// line for a bad one (a usage error, exit 2), naming the flag and what it
+/// accepts. What is left to fail after this is the making itself.
+pub fn check(req: &Request) -> Result<(), String> {
     check_namespace(&req.namespace).map_err(|e| format!("--namespace {}: {e}", req.namespace))?;
     if req.previous_ca.is_some() && !req.self_signed {
         return Err(
@@ -634,6 +636,13 @@ pub fn objects(req: &Request) -> Result<Vec<Value>, String> {
                 .into(),
         );
     }
+    existing_bundle(req)?;
+    ca_bundle("", req.previous_ca.as_deref()).map(|_| ())
+}
+
+/// Every object, in the order `kubectl apply` should create them.
+pub fn objects(req: &Request) -> Result<Vec<Value>, String> {
+    check(req)?;
     let c = Common {
         ns: &req.namespace,
         labels: json!({"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "meshwrap"}),

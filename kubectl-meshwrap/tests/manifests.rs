@@ -313,7 +313,8 @@ fn a_secret_you_manage_is_mounted_and_exactly_its_ca_trusted_with_nothing_secret
         ),
     ] {
         let run = manifests(&args);
-        assert_ne!(run.code, 0, "{args:?}");
+        // Bad input is a usage error, as every other flag's: exit 2.
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
         assert_eq!(run.stdout, "", "{args:?}");
         assert_eq!(run.stderr.lines().count(), 1, "{args:?}: {}", run.stderr);
         assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
@@ -495,7 +496,7 @@ fn a_self_signed_rotation_with_the_previous_ca_trusts_the_old_and_the_new_certif
     // What --previous-ca accepts.
     std::fs::write(&previous, "not a certificate").unwrap();
     let run = manifests(&["--self-signed", "--previous-ca", previous.to_str().unwrap()]);
-    assert_eq!((run.code, run.stdout.as_str()), (1, ""), "{}", run.stderr);
+    assert_eq!((run.code, run.stdout.as_str()), (2, ""), "{}", run.stderr);
     assert!(run.stderr.contains("--previous-ca"), "{}", run.stderr);
     let run = manifests(&["--self-signed", "--previous-ca", "/nonexistent/ca.crt"]);
     assert_eq!((run.code, run.stderr.lines().count()), (2, 1), "{}", run.stderr);
@@ -506,7 +507,7 @@ fn a_self_signed_rotation_with_the_previous_ca_trusts_the_old_and_the_new_certif
     );
     let run = manifests(&["--previous-ca", previous.to_str().unwrap()]);
     assert!(
-        run.code != 0 && run.stderr.contains("--previous-ca goes with --self-signed"),
+        run.code == 2 && run.stderr.contains("--previous-ca goes with --self-signed"),
         "{}",
         run.stderr
     );
