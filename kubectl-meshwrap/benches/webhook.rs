@@ -1256,8 +1256,10 @@ fn write_section(setup: &Setup, steady: &str, one: &str, many: &str, bodies: &st
          A scraper reads /metrics every 250 ms from {WATCHER}.\n\n\
          #### One-source flood\n\n\
          The slow clients dial from one address (127.1.0.1), the non-reading ones from a second \
-         (127.2.0.1). No address may hold more than 25% of the slots (128 connections, 16 handshakes), \
-         so these two cannot fill the server, and every other address finds room.\n\n{one}\n\
+         (127.2.0.1). No address may hold more than 25% of the connection slots (128). Handshakes have \
+         no cap per address (an API server with a cold pool dials many at once): when all 64 are \
+         under way, a newcomer takes the place of the oldest of the address holding the most. So these \
+         two cannot fill the server, and every other address finds room.\n\n{one}\n\
          #### Many-source flood\n\n\
          The same clients spread over {MANY_SOURCES} addresses (127.1.k.1), slow and non-reading \
          alike: each holds less than its cap, together they fill the 512 slots. A newcomer gets in by \
