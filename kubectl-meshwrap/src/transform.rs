@@ -754,6 +754,11 @@ fn settings(pod: &Pod, opts: &Options) -> Result<(String, Option<String>), Outco
 
 /// The meshes of this pod, from its template and `--mesh`.
 fn meshes(pod: &Pod, opts: &Options) -> Vec<Found> {
+    with_template(pod, |template| mesh::find(template, &opts.meshes))
+}
+
+/// Runs `f` on the pod as the mesh table reads a template.
+fn with_template<R>(pod: &Pod, f: impl FnOnce(&mesh::Template) -> R) -> R {
     let (annotation, label) = (|name: &str| pod.annotation(name), |name: &str| pod.label(name));
     let template = mesh::Template {
         annotation: &annotation,
@@ -761,7 +766,7 @@ fn meshes(pod: &Pod, opts: &Options) -> Vec<Found> {
         containers: pod.list("containers"),
         init_containers: pod.list("initContainers"),
     };
-    mesh::find(&template, &opts.meshes)
+    f(&template)
 }
 
 /// The items of a `--sidecar` list (comma-separated, as `MESHWRAP_SIDECAR`).
@@ -826,14 +831,7 @@ fn cloudsql<'a>(pod: &Pod<'a>, found: &[Found], quits: bool) -> Result<Option<(P
     let Some(f) = found.iter().find(|f| f.kind == Kind::CloudSql) else {
         return Ok(None);
     };
-    let (annotation, label) = (|name: &str| pod.annotation(name), |name: &str| pod.label(name));
-    let template = mesh::Template {
-        annotation: &annotation,
-        label: &label,
-        containers: pod.list("containers"),
-        init_containers: pod.list("initContainers"),
-    };
-    let Some((init, index)) = mesh::proxy_container(&template, Kind::CloudSql) else {
+    let Some((init, index)) = with_template(pod, |template| mesh::proxy_container(template, Kind::CloudSql)) else {
         return Ok(None);
     };
     let field = if init { "initContainers" } else { "containers" };

@@ -105,30 +105,6 @@ fn webhook(name: &str, ca: &Ca, api: &StandIn, extra: &[&str]) -> Webhook {
     webhook
 }
 
-/// The value of the metric line that starts with `series `.
-fn metric(client: &mut Client, series: &str) -> u64 {
-    let text = client.get("/metrics").unwrap().text();
-    let prefix = format!("{series} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
-        .parse()
-        .unwrap()
-}
-
-/// Polls `series` until it reads `value` (the server's own count is the
-/// readiness marker), within 20 s.
-fn wait_metric(client: &mut Client, series: &str, value: u64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let now = metric(client, series);
-        if now == value {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{series} stayed at {now}, not {value}");
-    }
-}
-
 /// SIGTERM, and the exit: the poster's last writes are done by then.
 fn stop(mut webhook: Webhook) {
     webhook.signal(libc::SIGTERM);
@@ -279,7 +255,7 @@ fn a_thousand_pods_make_one_series_per_owner_and_reason() {
     for i in 3..1001 {
         admit(&mut client, if i % 5 < 3 { &worker } else { &broken }, i);
     }
-    wait_metric(&mut client, "meshwrap_webhook_events_queued", 0);
+    client.wait_metric("meshwrap_webhook_events_queued", 0);
     assert_eq!(api.requests().len(), 3, "a count was written before its interval");
     stop(webhook);
 
@@ -456,10 +432,7 @@ fn an_admission_is_answered_as_fast_while_the_api_server_is_slow_hangs_or_is_dow
         }
         let took = latencies(&mut client, 40);
         let max = took.iter().copied().fold(0.0, f64::max);
-        let dropped = metric(
-            &mut client,
-            "meshwrap_webhook_events_dropped_total{reason=\"queue-full\"}",
-        );
+        let dropped = client.metric("meshwrap_webhook_events_dropped_total{reason=\"queue-full\"}");
         results.push((label, median(took), max, dropped));
     }
     eprintln!("admission latency (median ms, max ms, dropped): {results:?}");
@@ -483,15 +456,15 @@ fn a_full_queue_drops_and_the_metric_counts_each_drop() {
     let webhook = webhook("full", &ca, &api, &["--events-queue", "3", "--events-timeout", "60s"]);
     let mut client = webhook.client(&ca);
     let series = "meshwrap_webhook_events_dropped_total{reason=\"queue-full\"}";
-    assert_eq!(metric(&mut client, series), 0);
+    assert_eq!(client.metric(series), 0);
     admit(&mut client, &pod("team-a", Some(JOB), no_command()), 0);
     // The poster holds that one, in a request the API server never answers.
     api.wait_requests(1);
     for i in 1..=10 {
         admit(&mut client, &pod("team-a", Some(JOB), no_command()), i);
     }
-    assert_eq!(metric(&mut client, series), 7, "3 queued, 7 dropped");
-    assert_eq!(metric(&mut client, "meshwrap_webhook_events_queued"), 3);
+    assert_eq!(client.metric(series), 7, "3 queued, 7 dropped");
+    assert_eq!(client.metric("meshwrap_webhook_events_queued"), 3);
     assert_eq!(api.requests().len(), 1);
     let text = client.get("/metrics").unwrap().text();
     for line in [
@@ -585,7 +558,7 @@ fn the_cache_of_series_is_bounded_and_forgets_the_least_recently_seen() {
     admit(&mut client, &owner("c"), 4);
     api.wait_requests(3);
     let evicted = "meshwrap_webhook_events_dropped_total{reason=\"evicted\"}";
-    assert_eq!(metric(&mut client, evicted), 1);
+    assert_eq!(client.metric(evicted), 1);
     // a again: a series of its own again, a new event.
     admit(&mut client, &owner("a"), 5);
     let requests = api.wait_requests(4);
@@ -604,8 +577,8 @@ fn the_cache_of_series_is_bounded_and_forgets_the_least_recently_seen() {
             10 + i,
         );
     }
-    wait_metric(&mut client, "meshwrap_webhook_events_queued", 0);
-    assert_eq!(metric(&mut client, "meshwrap_webhook_event_series"), 2);
+    client.wait_metric("meshwrap_webhook_events_queued", 0);
+    assert_eq!(client.metric("meshwrap_webhook_event_series"), 2);
 }
 
 #[test]
@@ -639,13 +612,12 @@ fn an_expired_event_is_created_again_and_a_refused_one_is_counted() {
     api.set_mode(Mode::Status(403));
     admit(&mut client, &pod("team-a", Some(TFJOB), no_command()), 4);
     api.wait_requests(5);
-    wait_metric(
-        &mut client,
+    client.wait_metric(
         "meshwrap_webhook_event_writes_total{request=\"create\",result=\"refused\"}",
         1,
     );
     assert_eq!(
-        metric(&mut client, "meshwrap_webhook_events_dropped_total{reason=\"refused\"}"),
+        client.metric("meshwrap_webhook_events_dropped_total{reason=\"refused\"}"),
         1
     );
     let said = webhook.wait_for("event not written");

@@ -657,17 +657,6 @@ fn a_slowloris_client_is_cut_off_and_others_are_served_meanwhile() {
     assert!(started.elapsed() < Duration::from_secs(8));
 }
 
-/// The value of the metric line that starts with `series `, from `client`.
-fn metric(client: &mut Client, series: &str) -> u64 {
-    let text = client.get("/metrics").unwrap().text();
-    let prefix = format!("{series} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn above_its_caps_a_connection_is_closed_at_accept_and_counted() {
     let ca = Ca::new("caps CA");
@@ -693,14 +682,11 @@ fn above_its_caps_a_connection_is_closed_at_accept_and_counted() {
     let silent = std::net::TcpStream::connect(("127.0.0.1", webhook.port)).unwrap();
     assert!(webhook.client_result(&ca).is_err(), "a second handshake was let in");
     assert_eq!(
-        metric(
-            &mut watcher,
-            "meshwrap_webhook_connections_shed_total{reason=\"max-handshakes\"}"
-        ),
+        watcher.metric("meshwrap_webhook_connections_shed_total{reason=\"max-handshakes\"}"),
         1
     );
-    assert_eq!(metric(&mut watcher, "meshwrap_webhook_handshakes"), 1);
-    assert_eq!(metric(&mut watcher, "meshwrap_webhook_connections"), 2);
+    assert_eq!(watcher.metric("meshwrap_webhook_handshakes"), 1);
+    assert_eq!(watcher.metric("meshwrap_webhook_connections"), 2);
     // Its slot comes back once it is gone (the server sees its end).
     drop(silent);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -716,13 +702,10 @@ fn above_its_caps_a_connection_is_closed_at_accept_and_counted() {
     // Three open: the fourth is closed at accept.
     assert!(webhook.client_result(&ca).is_err(), "a fourth connection was let in");
     assert_eq!(
-        metric(
-            &mut watcher,
-            "meshwrap_webhook_connections_shed_total{reason=\"max-connections\"}"
-        ),
+        watcher.metric("meshwrap_webhook_connections_shed_total{reason=\"max-connections\"}"),
         1
     );
-    assert_eq!(metric(&mut watcher, "meshwrap_webhook_connections"), 3);
+    assert_eq!(watcher.metric("meshwrap_webhook_connections"), 3);
     // The connections it kept still work.
     post(&mut third, &load(&fixtures().join("job-pod.review.json")));
 }
@@ -790,15 +773,15 @@ fn no_source_address_holds_more_than_its_share_of_the_connections() {
         client_from(&webhook, &ca, host(1, 1)).is_err(),
         "a third connection from one address"
     );
-    assert_eq!(metric(&mut watcher, SHED_SHARE), 1);
-    assert_eq!(metric(&mut watcher, "meshwrap_webhook_connections"), 3);
+    assert_eq!(watcher.metric(SHED_SHARE), 1);
+    assert_eq!(watcher.metric("meshwrap_webhook_connections"), 3);
     // Another address is served, and so are the first address's own connections.
     post(
         &mut client_from(&webhook, &ca, host(1, 2)).unwrap(),
         &load(&fixtures().join("job-pod.review.json")),
     );
     post(&mut first, &load(&fixtures().join("job-pod.review.json")));
-    assert_eq!(metric(&mut watcher, SHED_SHARE), 1);
+    assert_eq!(watcher.metric(SHED_SHARE), 1);
 }
 
 #[test]
@@ -821,13 +804,13 @@ fn when_full_a_newcomer_from_a_lighter_address_gets_in_and_the_heaviest_addresss
     // Three slow clients from one address, one from another: the server is full.
     let mut heavy: Vec<Client> = (0..3).map(|_| slow_from(&webhook, &ca, host(2, 1))).collect();
     let mut light = slow_from(&webhook, &ca, host(2, 2));
-    assert_eq!(metric(&mut watcher, "meshwrap_webhook_connections"), 5);
+    assert_eq!(watcher.metric("meshwrap_webhook_connections"), 5);
     // The server has seen their handshakes end (they are in their first request).
-    wait_metric(&mut watcher, "meshwrap_webhook_handshakes", 0);
+    watcher.wait_metric("meshwrap_webhook_handshakes", 0);
     // A newcomer from a third address gets in and is served.
     let mut newcomer = client_from(&webhook, &ca, host(2, 3)).unwrap();
     post(&mut newcomer, &load(&fixtures().join("job-pod.review.json")));
-    assert_eq!(metric(&mut watcher, EVICTED_REQUEST), 1);
+    assert_eq!(watcher.metric(EVICTED_REQUEST), 1);
     // The one that gave way is the heaviest address's oldest.
     assert!(
         closed_by_server(&mut heavy[0]),
@@ -839,8 +822,8 @@ fn when_full_a_newcomer_from_a_lighter_address_gets_in_and_the_heaviest_addresss
         client_from(&webhook, &ca, host(2, 1)).is_err(),
         "the heavy address got a slot"
     );
-    assert_eq!(metric(&mut watcher, SHED_CONNECTIONS), 1);
-    assert_eq!(metric(&mut watcher, EVICTED_REQUEST), 1);
+    assert_eq!(watcher.metric(SHED_CONNECTIONS), 1);
+    assert_eq!(watcher.metric(EVICTED_REQUEST), 1);
 }
 
 #[test]
@@ -865,10 +848,10 @@ fn when_the_handshakes_are_full_a_newcomer_from_another_address_takes_the_oldest
     let silent: Vec<std::net::TcpStream> = (0..2)
         .map(|_| tcp_from(host(3, 1), webhook.port, Duration::from_secs(20)).unwrap())
         .collect();
-    wait_metric(&mut watcher, "meshwrap_webhook_handshakes", 2);
+    watcher.wait_metric("meshwrap_webhook_handshakes", 2);
     let mut newcomer = client_from(&webhook, &ca, host(3, 2)).unwrap();
     post(&mut newcomer, &load(&fixtures().join("job-pod.review.json")));
-    assert_eq!(metric(&mut watcher, EVICTED_HANDSHAKE), 1);
+    assert_eq!(watcher.metric(EVICTED_HANDSHAKE), 1);
     let read = |mut tcp: &std::net::TcpStream, wait: Option<Duration>| {
         use std::io::Read;
         tcp.set_read_timeout(wait).unwrap();
@@ -900,12 +883,12 @@ fn a_burst_of_new_connections_from_one_address_is_not_refused_while_handshake_sl
     let _pending: Vec<std::net::TcpStream> = (0..20)
         .map(|_| tcp_from(host(5, 1), webhook.port, Duration::from_secs(20)).unwrap())
         .collect();
-    wait_metric(&mut watcher, "meshwrap_webhook_handshakes", 20);
+    watcher.wait_metric("meshwrap_webhook_handshakes", 20);
     // One more from the same address completes and is served.
     let mut last = client_from(&webhook, &ca, host(5, 1)).unwrap();
     post(&mut last, &load(&fixtures().join("job-pod.review.json")));
-    assert_eq!(metric(&mut watcher, SHED_SHARE), 0);
-    assert_eq!(metric(&mut watcher, EVICTED_HANDSHAKE), 0);
+    assert_eq!(watcher.metric(SHED_SHARE), 0);
+    assert_eq!(watcher.metric(EVICTED_HANDSHAKE), 0);
 }
 
 #[test]
@@ -944,23 +927,23 @@ fn a_connection_answering_a_request_is_never_evicted() {
     assert!(blocked, "the server never stopped reading");
     // A younger slow client of the same address: the server is full.
     let mut slow = slow_from(&webhook, &ca, host(4, 1));
-    assert_eq!(metric(&mut watcher, "meshwrap_webhook_connections"), 3);
+    assert_eq!(watcher.metric("meshwrap_webhook_connections"), 3);
     // The server has seen its handshake end (it is in its first request).
-    wait_metric(&mut watcher, "meshwrap_webhook_handshakes", 0);
+    watcher.wait_metric("meshwrap_webhook_handshakes", 0);
     // A newcomer gets in; the one that gave way is the slow one, not the older one answering.
     let mut newcomer = client_from(&webhook, &ca, host(4, 2)).unwrap();
     post(&mut newcomer, &load(&fixtures().join("job-pod.review.json")));
     assert!(closed_by_server(&mut slow), "the slow client was kept");
-    assert_eq!(metric(&mut watcher, EVICTED_REQUEST), 1);
+    assert_eq!(watcher.metric(EVICTED_REQUEST), 1);
     // Full again, with no connection still in its handshake or first
     // request: a newcomer is refused, and none is evicted for it.
     assert!(
         client_from(&webhook, &ca, host(4, 3)).is_err(),
         "a fourth connection got in"
     );
-    assert_eq!(metric(&mut watcher, SHED_CONNECTIONS), 1);
-    assert_eq!(metric(&mut watcher, EVICTED_REQUEST), 1);
-    assert_eq!(metric(&mut watcher, "meshwrap_webhook_connections"), 3);
+    assert_eq!(watcher.metric(SHED_CONNECTIONS), 1);
+    assert_eq!(watcher.metric(EVICTED_REQUEST), 1);
+    assert_eq!(watcher.metric("meshwrap_webhook_connections"), 3);
 }
 
 #[test]
@@ -982,16 +965,16 @@ fn the_state_kept_per_address_goes_with_the_addresses_last_connection() {
     // The server accepts in order: once a handshake dialled after them is
     // done, it has taken (or refused) them all.
     let marker = client_from(&webhook, &ca, host(5, 254)).unwrap();
-    let sources = metric(&mut watcher, "meshwrap_webhook_sources");
+    let sources = watcher.metric("meshwrap_webhook_sources");
     assert!(
         (3..=16).contains(&sources),
         "{sources} sources tracked for 16 connection slots"
     );
-    assert!(metric(&mut watcher, "meshwrap_webhook_connections") <= 16);
+    assert!(watcher.metric("meshwrap_webhook_connections") <= 16);
     drop((held, marker));
     // Only the watcher's address is left.
-    wait_metric(&mut watcher, "meshwrap_webhook_sources", 1);
-    wait_metric(&mut watcher, "meshwrap_webhook_connections", 1);
+    watcher.wait_metric("meshwrap_webhook_sources", 1);
+    watcher.wait_metric("meshwrap_webhook_connections", 1);
 }
 
 #[test]
@@ -1028,26 +1011,10 @@ fn a_client_that_pipelines_and_never_reads_is_cut_off_by_the_request_deadline() 
     );
     assert!(took < Duration::from_secs(8), "held for {took:?}");
     assert_eq!(
-        metric(
-            &mut reader,
-            "meshwrap_webhook_connections_timed_out_total{bound=\"request\"}"
-        ),
+        reader.metric("meshwrap_webhook_connections_timed_out_total{bound=\"request\"}"),
         1
     );
     post(&mut reader, &load(&fixtures().join("job-pod.review.json")));
-}
-
-/// Polls `series` on `client` until it reads `value` (the server's own
-/// count is the readiness marker), within 20 s.
-fn wait_metric(client: &mut Client, series: &str, value: u64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let now = metric(client, series);
-        if now == value {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{series} stayed at {now}, not {value}");
-    }
 }
 
 /// Sends the head of a /mutate request declaring `length` bytes, and one.
@@ -1074,7 +1041,7 @@ fn bodies_in_flight_share_a_budget_and_one_it_cannot_cover_is_answered_503_at_on
     // Five near-3 MiB bodies, and one that fills the shared budget exactly.
     let mut held: Vec<Client> = (0..5).map(|_| hold_body(&webhook, &ca, 3_000_000)).collect();
     held.push(hold_body(&webhook, &ca, SHARED - 15_000_000));
-    wait_metric(&mut watcher, "meshwrap_webhook_body_bytes", SHARED as u64);
+    watcher.wait_metric("meshwrap_webhook_body_bytes", SHARED as u64);
     // One more is answered at once, before its body is sent: 503, Retry-After.
     let started = Instant::now();
     let mut refused = hold_body(&webhook, &ca, 3_000_000);
@@ -1088,17 +1055,14 @@ fn bodies_in_flight_share_a_budget_and_one_it_cannot_cover_is_answered_503_at_on
     );
     assert!(response.text().contains("budget"), "{}", response.text());
     assert_eq!(
-        metric(
-            &mut watcher,
-            "meshwrap_webhook_requests_total{outcome=\"error\",reason=\"busy\"}"
-        ),
+        watcher.metric("meshwrap_webhook_requests_total{outcome=\"error\",reason=\"busy\"}"),
         1
     );
     // An ordinary pod still gets in: small bodies have their own lane.
     post(&mut watcher, &load(&fixtures().join("job-pod.review.json")));
     // The budget comes back when the bodies' connections end.
     drop(held);
-    wait_metric(&mut watcher, "meshwrap_webhook_body_bytes", 0);
+    watcher.wait_metric("meshwrap_webhook_body_bytes", 0);
     let mut big = webhook.client(&ca);
     let response = big.post(&vec![b' '; 3_000_000]).unwrap();
     assert_eq!(
@@ -1201,10 +1165,7 @@ fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
     assert!(took < Duration::from_secs(8), "held for {took:?}");
     let mut other = webhook.client(&ca);
     assert_eq!(
-        metric(
-            &mut other,
-            "meshwrap_webhook_connections_timed_out_total{bound=\"idle\"}"
-        ),
+        other.metric("meshwrap_webhook_connections_timed_out_total{bound=\"idle\"}"),
         1
     );
 }

@@ -212,17 +212,15 @@ impl Client {
         body: Vec<u8>,
     ) -> Result<Reply, String> {
         let timeout = self.access.timeout;
-        match tokio::time::timeout(timeout, self.exchange(method, path, content_type, body)).await {
-            Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(e)) => {
-                self.close();
-                Err(e)
-            }
-            Err(_) => {
-                self.close();
-                Err(format!("no answer within {timeout:?}"))
-            }
+        let reply = match tokio::time::timeout(timeout, self.exchange(method, path, content_type, body)).await {
+            Ok(reply) => reply,
+            Err(_) => Err(format!("no answer within {timeout:?}")),
+        };
+        // A connection that failed or timed out mid-exchange is not reused.
+        if reply.is_err() {
+            self.close();
         }
+        reply
     }
 
     fn close(&mut self) {

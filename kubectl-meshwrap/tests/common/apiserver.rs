@@ -22,7 +22,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{Value, json};
 
-use super::https::{Ca, temp_dir};
+use super::https::{Ca, read_message, temp_dir};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Mode {
@@ -274,28 +274,8 @@ fn answered(shared: &Shared, method: &str, path: &str, mut body: Value) -> (u16,
 type Request = (String, String, Vec<(String, String)>, Vec<u8>);
 
 fn read_request(stream: &mut impl Read) -> Option<Request> {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if stream.read(&mut byte).ok()? == 0 {
-            return None;
-        }
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&head).into_owned();
-    let mut lines = head.split("\r\n");
-    let mut first = lines.next()?.split(' ');
+    let (first, headers, body) = read_message(stream).ok()?;
+    let mut first = first.split(' ');
     let (method, path) = (first.next()?.to_string(), first.next()?.to_string());
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let length: usize = headers
-        .iter()
-        .find(|(k, _)| k == "content-length")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; length];
-    stream.read_exact(&mut body).ok()?;
     Some((method, path, headers, body))
 }

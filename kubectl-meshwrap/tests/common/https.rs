@@ -260,6 +260,33 @@ pub struct Client {
 }
 
 impl Client {
+    /// Reads `series` until it is `value` (the server's own count is the
+    /// readiness marker), within 20 s.
+    pub fn wait_metric(&mut self, series: &str, value: u64) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let now = self.metric(series);
+            if now == value {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{series} stayed at {now}, not {value}"
+            );
+        }
+    }
+
+    /// The value of the /metrics line that starts with `series `.
+    pub fn metric(&mut self, series: &str) -> u64 {
+        let text = self.get("/metrics").unwrap().text();
+        let prefix = format!("{series} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+            .parse()
+            .unwrap()
+    }
+
     pub fn connect(port: u16, ca: &Ca) -> std::io::Result<Client> {
         Self::connect_with(port, client_config(&ca.pem))
     }
@@ -361,36 +388,47 @@ impl Client {
     }
 
     pub fn read_response(&mut self) -> std::io::Result<Response> {
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            let n = self.stream.read(&mut byte)?;
-            if n == 0 {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "closed before an answer",
-                ));
-            }
-            head.push(byte[0]);
-        }
-        let head = String::from_utf8_lossy(&head).into_owned();
-        let mut lines = head.split("\r\n");
-        let status = lines
-            .next()
-            .and_then(|l| l.split(' ').nth(1))
+        let (first, headers, body) = read_message(&mut self.stream)?;
+        let status = first
+            .split(' ')
+            .nth(1)
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| std::io::Error::other(format!("a bad status line: {head}")))?;
-        let headers: Vec<(String, String)> = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-            .collect();
-        let length: usize = headers
-            .iter()
-            .find(|(k, _)| k == "content-length")
-            .and_then(|(_, v)| v.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0; length];
-        self.stream.read_exact(&mut body)?;
+            .ok_or_else(|| std::io::Error::other(format!("a bad status line: {first}")))?;
         Ok(Response { status, headers, body })
     }
+}
+
+/// An HTTP message's headers, names lower-cased, in their order.
+pub type Headers = Vec<(String, String)>;
+
+/// One HTTP/1.1 message from `stream`: its first line, its headers (names
+/// lower-cased) and the body its Content-Length announces. The head is read
+/// a byte at a time, so nothing after the message is taken from the stream.
+pub fn read_message(stream: &mut impl Read) -> std::io::Result<(String, Headers, Vec<u8>)> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte)? == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "closed before a whole message",
+            ));
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let mut lines = head.split("\r\n");
+    let first = lines.next().unwrap_or_default().to_string();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    stream.read_exact(&mut body)?;
+    Ok((first, headers, body))
 }
