@@ -18,6 +18,13 @@
 //! inside a 4 KiB-aligned chunk, and the class is chosen at least as large as
 //! the requested alignment, which may not exceed 4 KiB.
 //!
+//! The first chunk is a static one in the binary's zero-initialised data
+//! (.bss): a start takes its blocks from memory the kernel mapped with the
+//! binary, so it makes no `mmap` and never initialises musl's own allocator
+//! (three `brk`/`mmap` calls and a page fault of its metadata) unless
+//! something asks for more than a chunk's worth or a block larger than the
+//! classes. Its pages cost nothing until touched, like a chunk's.
+//!
 //! meshwrap runs on one thread, but tokio may start a resolver thread for a
 //! host name, so the state sits behind a spin lock, which is never held across
 //! anything that could allocate through this allocator.
@@ -32,6 +39,27 @@ const SMALLEST: usize = 16;
 const LARGEST: usize = SMALLEST << (CLASSES - 1);
 const CHUNK: usize = 256 * 1024;
 const CHUNK_ALIGN: usize = 4096;
+
+/// The first chunk, in .bss; handed out once per process (`FIRST_TAKEN`),
+/// to whichever allocator asks first (the global one, in the binary).
+#[repr(C, align(4096))]
+struct Arena(UnsafeCell<[u8; CHUNK]>);
+
+// SAFETY: the arena is handed out once, by the swap of `FIRST_TAKEN`, and
+// from then on is only reached through the allocator that took it.
+unsafe impl Sync for Arena {}
+
+static FIRST: Arena = Arena(UnsafeCell::new([0; CHUNK]));
+static FIRST_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// A fresh chunk: the static one the first time, the system's after.
+fn new_chunk() -> *mut u8 {
+    if !FIRST_TAKEN.swap(true, Ordering::Relaxed) {
+        return FIRST.0.get().cast();
+    }
+    // SAFETY: the layout has a non-zero size and a power-of-two alignment.
+    unsafe { System.alloc(Layout::from_size_align_unchecked(CHUNK, CHUNK_ALIGN)) }
+}
 
 pub struct SmallAlloc {
     locked: AtomicBool,
@@ -109,8 +137,7 @@ impl State {
         // and the most `class` lets a layout ask for).
         let at = (self.next as usize).next_multiple_of(size.min(CHUNK_ALIGN));
         if self.next.is_null() || at + size > self.end as usize {
-            // SAFETY: the layout has a non-zero size and a power-of-two alignment.
-            let chunk = unsafe { System.alloc(Layout::from_size_align_unchecked(CHUNK, CHUNK_ALIGN)) };
+            let chunk = new_chunk();
             if chunk.is_null() {
                 return chunk;
             }
@@ -186,6 +213,33 @@ unsafe impl GlobalAlloc for SmallAlloc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+
+    /// The static chunk is one per process: the tests that take chunks run
+    /// one at a time, so that one of them may hand it out afresh.
+    static CHUNKS: Mutex<()> = Mutex::new(());
+
+    #[test]
+    fn the_static_chunk_comes_first_and_once() {
+        let _one = CHUNKS.lock().unwrap_or_else(|e| e.into_inner());
+        // No allocator of an earlier test uses its blocks any more.
+        FIRST_TAKEN.store(false, Ordering::Relaxed);
+        let first = FIRST.0.get().cast::<u8>();
+        let chunks = [new_chunk(), new_chunk(), new_chunk()];
+        assert_eq!(chunks[0], first);
+        for &chunk in &chunks[1..] {
+            assert!(!chunk.is_null());
+            assert!((chunk as usize).is_multiple_of(CHUNK_ALIGN));
+            assert!(chunk as usize >= first as usize + CHUNK || chunk as usize + CHUNK <= first as usize);
+            // SAFETY: a chunk from the system allocator, with its layout.
+            unsafe { System.dealloc(chunk, Layout::from_size_align_unchecked(CHUNK, CHUNK_ALIGN)) };
+        }
+        // A fresh allocator's first block is the static chunk's start.
+        FIRST_TAKEN.store(false, Ordering::Relaxed);
+        let a = SmallAlloc::new();
+        // SAFETY: a valid, non-zero layout.
+        assert_eq!(unsafe { a.alloc(Layout::from_size_align(24, 8).unwrap()) }, first);
+    }
 
     #[test]
     fn classes_cover_size_and_alignment() {
@@ -204,6 +258,7 @@ mod tests {
 
     #[test]
     fn blocks_are_aligned_distinct_and_reused() {
+        let _one = CHUNKS.lock().unwrap_or_else(|e| e.into_inner());
         let a = SmallAlloc::new();
         let mut live = Vec::new();
         // Mixed sizes across several chunks (fewer under Miri, which
@@ -250,6 +305,7 @@ mod tests {
 
     #[test]
     fn realloc_keeps_contents_across_classes() {
+        let _one = CHUNKS.lock().unwrap_or_else(|e| e.into_inner());
         let a = SmallAlloc::new();
         let mut layout = Layout::from_size_align(10, 1).unwrap();
         // SAFETY: valid layouts; each block is used within its current size.
