@@ -56,6 +56,37 @@ fn a_command_that_cannot_be_executed_exits_126() {
     wrapped(&sidecar).arg(&dir).run().assert_code(126);
 }
 
+/// PATH is searched as execvp searches it: a file that cannot be executed
+/// does not stop the search, an executable one later on PATH runs, and only
+/// when none does is the refusal reported (126, not 127).
+#[test]
+fn a_bare_command_is_searched_for_on_path_past_a_file_that_cannot_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let sidecar = FakeSidecar::ready();
+    let (refused, runnable) = (tempdir(), tempdir());
+    std::fs::write(refused.join("job"), "#!/bin/sh\nexit 3\n").unwrap();
+    std::fs::write(runnable.join("job"), "#!/bin/sh\nexit 7\n").unwrap();
+    std::fs::set_permissions(runnable.join("job"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = |dirs: &[&std::path::Path]| {
+        let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        format!("{}:/usr/bin:/bin", dirs.join(":"))
+    };
+    wrapped(&sidecar)
+        .env(
+            "PATH",
+            &path(&[&refused, std::path::Path::new("/nonexistent"), &runnable]),
+        )
+        .arg("job")
+        .run()
+        .assert_code(7);
+    wrapped(&sidecar)
+        .env("PATH", &path(&[&refused]))
+        .arg("job")
+        .run()
+        .assert_code(126)
+        .assert_stderr_has("could not be executed");
+}
+
 pub fn tempdir() -> std::path::PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static NEXT: AtomicUsize = AtomicUsize::new(0);

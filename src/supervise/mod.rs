@@ -9,9 +9,9 @@
 //! - **A stolen status.** `reaper::reap` is the only `waitpid` caller. The
 //!   command's pid is known before any reap pass can run, because spawning is
 //!   synchronous on this same thread; so the pass that collects the command's
-//!   zombie always knows it is the command's. (posix_spawn and std's spawn
-//!   reap their own child only when its exec failed, before returning, on
-//!   this thread too.)
+//!   zombie always knows it is the command's. (The vfork spawn and std's
+//!   spawn reap their own child only when its exec failed, before returning,
+//!   on this thread too.)
 //! - **Signalling a recycled pid.** Signals are forwarded only until the
 //!   command is reaped; an unreaped zombie keeps its pid (and its process
 //!   group id) from being reused.
