@@ -18,14 +18,31 @@ use std::time::{Duration, Instant};
 /// How long any single run or marker may take before the test fails.
 pub const BOUND: Duration = Duration::from_secs(20);
 
+/// The meshwrap under test: cargo's build of this source, or the binary
+/// MESHWRAP_TEST_BIN names (.ci/run points the pod simulation at the shipped
+/// static, non-PIE one that .ci/release built).
 pub fn meshwrap_bin() -> PathBuf {
+    match std::env::var_os("MESHWRAP_TEST_BIN") {
+        Some(bin) => {
+            let bin = PathBuf::from(bin);
+            assert!(bin.is_file(), "MESHWRAP_TEST_BIN={} is not a file", bin.display());
+            bin
+        }
+        None => PathBuf::from(env!("CARGO_BIN_EXE_meshwrap")),
+    }
+}
+
+/// The directory where `cargo test` builds meshwrap and its examples.
+pub fn cargo_bin_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_meshwrap"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// The `probe` example (see examples/probe.rs), built by `cargo test` beside meshwrap.
 pub fn probe_bin() -> String {
-    let bin = meshwrap_bin();
-    let probe = bin.parent().unwrap().join("examples/probe");
+    let probe = cargo_bin_dir().join("examples/probe");
     assert!(
         probe.exists(),
         "{} is missing: run the tests with `cargo test`, which builds examples",

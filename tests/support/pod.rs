@@ -28,7 +28,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::command::{Meshwrap, Running, meshwrap_bin};
+use super::command::{Meshwrap, Running, cargo_bin_dir};
 
 /// Istio's proxy uid, exempt from the redirect.
 pub const PROXY_UID: &str = "1337";
@@ -47,7 +47,7 @@ pub fn skip(test: &str) -> bool {
 }
 
 fn fakemesh_bin() -> String {
-    let bin = meshwrap_bin().parent().unwrap().join("examples/fakemesh");
+    let bin = cargo_bin_dir().join("examples/fakemesh");
     assert!(
         bin.exists(),
         "{} is missing: run the tests with `cargo test`, which builds examples",
