@@ -21,8 +21,10 @@ ARG RUST_VERSION=1.95
 FROM rust:${RUST_VERSION}-alpine AS build
 WORKDIR /src
 COPY . .
-# rust:alpine's native target is musl, so this binary is static.
-RUN cargo build --release --locked -p meshwrap --bin meshwrap && cp target/release/meshwrap /meshwrap
+# rust:alpine's native target is musl, so this binary is static; non-PIE, as
+# .ci/release builds it (benches/LIMITS.md, "Startup overhead").
+RUN cargo rustc --release --locked -p meshwrap --bin meshwrap -- -C relocation-model=static && \
+    cp target/release/meshwrap /meshwrap
 
 # The webhook (kubectl-meshwrap) is built the same way; ring's C needs gcc
 # and musl-dev, which rust:alpine has.

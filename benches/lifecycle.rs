@@ -380,16 +380,20 @@ const STATIC_BIN: &str = concat!(
     "/target/x86_64-unknown-linux-musl/release/meshwrap"
 );
 
+/// How .ci/release builds the shipped binary's crate: static and non-PIE
+/// (`cargo rustc`, so the flag reaches meshwrap's binary crate alone).
+const SHIPPED: [&str; 3] = ["--", "-C", "relocation-model=static"];
+
 /// The shipped static binary, built now from this source with the cargo that
-/// runs the benchmark (a no-op after .ci/release); cargo's own release build
-/// of meshwrap when the musl target is not installed.
+/// runs the benchmark, as .ci/release builds it; cargo's
+/// own release build of meshwrap when the musl target is not installed.
 fn meshwrap_bin() -> &'static str {
     static BIN: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let built = Command::new(cargo)
             .args([
-                "build",
+                "rustc",
                 "--quiet",
                 "--release",
                 "--target",
@@ -401,6 +405,7 @@ fn meshwrap_bin() -> &'static str {
                 "--bin",
                 "meshwrap",
             ])
+            .args(SHIPPED)
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
             .is_ok_and(|s| s.success());
@@ -780,7 +785,7 @@ impl Bench {
         let until_spawn = if self.quick {
             "not counted in a --quick run".to_string()
         } else {
-            callgrind(unstripped_bin(), &args, Some("posix_spawn")).map_or("n/a".into(), |n| n.to_string())
+            callgrind(unstripped_bin(), &args, Some("clone")).map_or("n/a".into(), |n| n.to_string())
         };
         self.row(
             "instructions per start (callgrind, `meshwrap -q --sidecar none -- /bin/true`): until the command is spawned / the whole run",
@@ -1718,9 +1723,10 @@ fn build_variant(vars: &[(&str, &str)], name: &str) -> &'static str {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let musl = ["--target", "x86_64-unknown-linux-musl"];
     let build = |target: &[&str]| {
+        let musl = !target.is_empty();
         Command::new(&cargo)
+            .arg(if musl { "rustc" } else { "build" })
             .args([
-                "build",
                 "--quiet",
                 "--release",
                 "-p",
@@ -1731,6 +1737,7 @@ fn build_variant(vars: &[(&str, &str)], name: &str) -> &'static str {
                 &dir,
             ])
             .args(target)
+            .args(if musl { &SHIPPED[..] } else { &[] })
             .envs(vars.iter().copied())
             .current_dir(root)
             .stderr(Stdio::null())
