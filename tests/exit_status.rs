@@ -39,7 +39,9 @@ fn a_missing_command_exits_127_and_still_quits() {
         .assert_code(127)
         .assert_stderr_has("command not found");
     wrapped(&sidecar).arg("no-such-command-on-path").run().assert_code(127);
-    assert_eq!(sidecar.quits(), 2, "each failed start still quits the sidecar");
+    // An empty name is no file at all, as execvp has it, not a PATH directory.
+    wrapped(&sidecar).arg("").run().assert_code(127);
+    assert_eq!(sidecar.quits(), 3, "each failed start still quits the sidecar");
 }
 
 #[test]

@@ -124,14 +124,19 @@ fn c_strings(command: &[OsString]) -> Result<Vec<CString>, SpawnError> {
 /// Where the child looks for the program, in order, as musl's `execvp` does:
 /// the program itself if it names a path (has a `/`), else each directory of
 /// PATH (musl's default, /usr/local/bin:/bin:/usr/bin, when it is unset)
-/// joined with it, an empty directory meaning the current one.
+/// joined with it, an empty directory meaning the current one. An empty name
+/// has none (not found, 127), and a directory too long for a path is skipped.
 fn candidates(program: &CString, path: Option<&[u8]>) -> Vec<CString> {
     let name = program.as_bytes();
+    if name.is_empty() {
+        return Vec::new();
+    }
     if name.contains(&b'/') {
         return vec![program.clone()];
     }
     let path = path.unwrap_or(b"/usr/local/bin:/bin:/usr/bin");
     path.split(|&b| b == b':')
+        .filter(|dir| dir.len() < libc::PATH_MAX as usize)
         .filter_map(|dir| {
             let mut full = dir.to_vec();
             if !dir.is_empty() {
@@ -211,7 +216,11 @@ extern "C" fn child(plan: *mut libc::c_void) -> libc::c_int {
 
 /// Runs the child's steps; returns the errno that stopped it.
 fn exec_plan(plan: &Plan) -> libc::c_int {
-    let errno = || io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL);
+    // Never 0, which would read as a successful exec.
+    let errno = || match io::Error::last_os_error().raw_os_error() {
+        Some(e) if e > 0 => e,
+        _ => libc::EINVAL,
+    };
     // SAFETY: setpgid takes plain integers.
     if unsafe { libc::setpgid(0, 0) } != 0 {
         return errno();
@@ -369,6 +378,16 @@ mod tests {
     fn a_program_with_a_slash_is_the_only_candidate() {
         assert_eq!(candidates(&c("./train"), Some(b"/bin")), [c("./train")]);
         assert_eq!(candidates(&c("/usr/bin/python"), None), [c("/usr/bin/python")]);
+    }
+
+    #[test]
+    fn an_empty_name_has_no_candidate_and_a_too_long_directory_is_skipped() {
+        assert!(candidates(&c(""), Some(b"/bin")).is_empty());
+        let long = format!("/{}", "d".repeat(libc::PATH_MAX as usize));
+        assert_eq!(
+            candidates(&c("sh"), Some(format!("{long}:/bin").as_bytes())),
+            [c("/bin/sh")]
+        );
     }
 
     #[test]
