@@ -20,10 +20,11 @@
 //!
 //! The first chunk is a static one in the binary's zero-initialised data
 //! (.bss): a start takes its blocks from memory the kernel mapped with the
-//! binary, so it makes no `mmap` and never initialises musl's own allocator
-//! (three `brk`/`mmap` calls and a page fault of its metadata) unless
-//! something asks for more than a chunk's worth or a block larger than the
-//! classes. Its pages cost nothing until touched, like a chunk's.
+//! binary, so it makes no `mmap` and does not initialise musl's own
+//! allocator (three `brk`/`mmap` calls and a page fault of its metadata)
+//! unless meshwrap asks for more than a chunk's worth or a block larger than
+//! the classes, or libc allocates for itself (a resolver thread's
+//! `getaddrinfo`). Its pages cost nothing until touched, like a chunk's.
 //!
 //! meshwrap runs on one thread, but tokio may start a resolver thread for a
 //! host name, so the state sits behind a spin lock, which is never held across

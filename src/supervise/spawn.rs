@@ -12,8 +12,9 @@
 //!   returns in about a quarter of the time of std's fork path (measured:
 //!   180-215 us against 670-690 us for this 1 MB process). The child runs on
 //!   a stack inside the parent's frame, makes its own process group, resets
-//!   every disposition with the raw syscall (the libcs' `signal` refuses
-//!   their reserved 32-34), empties its mask and execs, searching PATH as
+//!   every disposition with the raw syscall (`signal` refuses the signals
+//!   libc reserves: 32-33 in glibc, 32-34 in musl), empties its mask and
+//!   execs, searching PATH as
 //!   musl's `execvp` does; an exec error comes back through shared memory.
 //!   Not `posix_spawn` itself: musl's blocks every signal around the clone
 //!   and then restores a copy of the old mask with 32-34 taken out (its
@@ -22,9 +23,10 @@
 //!   src/thread/pthread_sigmask.c), so the static binary was left with the
 //!   libc-reserved signals unblocked after every spawn: the next one sent
 //!   killed meshwrap instead of reaching the command. This child needs no
-//!   such round trip: meshwrap has no handler that could run in it, and
-//!   every catchable signal is already blocked in the parent, whose mask is
-//!   never touched. (An emulator that turns CLONE_VFORK into a fork, as
+//!   such round trip: meshwrap installs no signal handler that could run
+//!   in it (no Rust `main`, so not even std's stack-overflow one), every
+//!   signal it forwards is already blocked in the parent, and the parent's
+//!   mask is never touched. (An emulator that turns CLONE_VFORK into a fork, as
 //!   qemu-user does, loses the shared error: a failed exec then reads as the
 //!   command exiting 127.)
 //! - **fork + pre_exec** when meshwrap is in the foreground of its
@@ -148,6 +150,20 @@ fn candidates(program: &CString, path: Option<&[u8]>) -> Vec<CString> {
         .collect()
 }
 
+/// Why no exec can be tried, known before a child is made: musl's execvp
+/// fails an empty name with ENOENT and a bare name longer than NAME_MAX with
+/// ENAMETOOLONG.
+fn unrunnable(program: &CString, paths: &[CString]) -> Option<libc::c_int> {
+    let name = program.as_bytes();
+    if !name.contains(&b'/') && name.len() > NAME_MAX {
+        return Some(libc::ENAMETOOLONG);
+    }
+    paths.is_empty().then_some(libc::ENOENT)
+}
+
+/// Linux's longest file name (the libc crate has no constant for it).
+const NAME_MAX: usize = 255;
+
 /// What the vfork child is given. The parent prepares all of it, so the
 /// child allocates nothing and makes only raw system calls.
 struct Plan {
@@ -160,10 +176,14 @@ struct Plan {
 }
 
 /// The child's stack, inside the parent's frame: the parent is suspended
-/// (CLONE_VFORK) until the child has exec'd or exited. The child needs a few
-/// hundred bytes of it.
+/// (CLONE_VFORK) until the child has exec'd or exited. It has no guard page:
+/// an overflow would overwrite the parent's frames below it. The child uses
+/// well under 1 KiB (a few small frames and system calls), and must stay
+/// that trivial.
+const CHILD_STACK: usize = 8192;
+
 #[repr(C, align(16))]
-struct ChildStack([MaybeUninit<u8>; 8192]);
+struct ChildStack([MaybeUninit<u8>; CHILD_STACK]);
 
 /// Starts the command in a vfork-style child that shares meshwrap's memory
 /// until its exec (see the module docs).
@@ -177,7 +197,10 @@ fn vfork_spawn(command: &[OsString]) -> Result<pid_t, SpawnError> {
         argv,
         error: AtomicI32::new(0),
     };
-    let mut stack = ChildStack([MaybeUninit::uninit(); 8192]);
+    if let Some(errno) = unrunnable(&args[0], &plan.paths) {
+        return Err(SpawnError::new(io::Error::from_raw_os_error(errno)));
+    }
+    let mut stack = ChildStack([MaybeUninit::uninit(); CHILD_STACK]);
     let top = stack.0.as_mut_ptr_range().end.cast::<libc::c_void>();
     // SAFETY: `child` runs on `stack`, which outlives it: CLONE_VFORK keeps
     // this thread suspended, and `stack` and `plan` in place, until the child
@@ -235,7 +258,7 @@ fn exec_plan(plan: &Plan) -> libc::c_int {
     for path in &plan.paths {
         // SAFETY: NUL-terminated path, NULL-terminated argv of C strings the
         // parent keeps alive, and libc's own environment array.
-        unsafe { libc::execve(path.as_ptr(), plan.argv.as_ptr(), environ) };
+        unsafe { libc::execve(path.as_ptr(), plan.argv.as_ptr(), environ.cast_const()) };
         last = errno();
         match last {
             libc::EACCES => refused = true,
@@ -260,8 +283,9 @@ fn reap_failed(pid: pid_t) {
 // SAFETY: `environ` is libc's own global (glibc and musl alike), declared
 // with its C type; it is only read, as the array execve is given.
 unsafe extern "C" {
-    /// libc's environment, which std's `env::set_var` also writes.
-    static environ: *const *const c_char;
+    /// libc's environment, which std's `env::set_var` also writes (meshwrap
+    /// never calls it); `mut`, as libc may change it.
+    static mut environ: *mut *const c_char;
 }
 
 /// The terminal case: fork, and in the child take the terminal's foreground.
@@ -387,6 +411,21 @@ mod tests {
         assert_eq!(
             candidates(&c("sh"), Some(format!("{long}:/bin").as_bytes())),
             [c("/bin/sh")]
+        );
+    }
+
+    #[test]
+    fn an_empty_name_or_a_too_long_bare_name_is_refused_before_any_child() {
+        let long = c(&"n".repeat(NAME_MAX + 1));
+        assert_eq!(unrunnable(&long, &candidates(&long, None)), Some(libc::ENAMETOOLONG));
+        assert_eq!(unrunnable(&c(""), &candidates(&c(""), None)), Some(libc::ENOENT));
+        let at_most = c(&"n".repeat(NAME_MAX));
+        assert_eq!(unrunnable(&at_most, &candidates(&at_most, None)), None);
+        let path = c(&format!("/{}", "n".repeat(NAME_MAX + 1)));
+        assert_eq!(
+            unrunnable(&path, &candidates(&path, None)),
+            None,
+            "a path is execve's to judge"
         );
     }
 
