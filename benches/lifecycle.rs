@@ -385,8 +385,8 @@ const STATIC_BIN: &str = concat!(
 const SHIPPED: [&str; 3] = ["--", "-C", "relocation-model=static"];
 
 /// The shipped static binary, built now from this source with the cargo that
-/// runs the benchmark, as .ci/release builds it; cargo's
-/// own release build of meshwrap when the musl target is not installed.
+/// runs the benchmark, as .ci/release builds it; cargo's own release build
+/// of meshwrap when the musl target is not installed.
 fn meshwrap_bin() -> &'static str {
     static BIN: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {

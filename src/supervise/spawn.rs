@@ -14,8 +14,8 @@
 //!   a stack inside the parent's frame, makes its own process group, resets
 //!   every disposition with the raw syscall (`signal` refuses the signals
 //!   libc reserves: 32-33 in glibc, 32-34 in musl), empties its mask and
-//!   execs, searching PATH as
-//!   musl's `execvp` does; an exec error comes back through shared memory.
+//!   execs, searching PATH as musl's `execvp` does; an exec error comes back
+//!   through shared memory.
 //!   Not `posix_spawn` itself: musl's blocks every signal around the clone
 //!   and then restores a copy of the old mask with 32-34 taken out (its
 //!   `pthread_sigmask` hides them from the old mask it returns: musl 1.2.5,
@@ -126,18 +126,24 @@ fn c_strings(command: &[OsString]) -> Result<Vec<CString>, SpawnError> {
 /// Where the child looks for the program, in order, as musl's `execvp` does:
 /// the program itself if it names a path (has a `/`), else each directory of
 /// PATH (musl's default, /usr/local/bin:/bin:/usr/bin, when it is unset)
-/// joined with it, an empty directory meaning the current one. An empty name
-/// has none (not found, 127), and a directory too long for a path is skipped.
-fn candidates(program: &CString, path: Option<&[u8]>) -> Vec<CString> {
+/// joined with it, an empty directory meaning the current one, a directory
+/// too long for a path skipped. Or the errno that stops it before any
+/// child is made: ENOENT for an empty name (or no candidate at all),
+/// ENAMETOOLONG for a bare name longer than NAME_MAX.
+fn candidates(program: &CString, path: Option<&[u8]>) -> Result<Vec<CString>, libc::c_int> {
     let name = program.as_bytes();
-    if name.is_empty() {
-        return Vec::new();
-    }
     if name.contains(&b'/') {
-        return vec![program.clone()];
+        return Ok(vec![program.clone()]);
+    }
+    if name.len() > NAME_MAX {
+        return Err(libc::ENAMETOOLONG);
+    }
+    if name.is_empty() {
+        return Err(libc::ENOENT);
     }
     let path = path.unwrap_or(b"/usr/local/bin:/bin:/usr/bin");
-    path.split(|&b| b == b':')
+    let found: Vec<CString> = path
+        .split(|&b| b == b':')
         .filter(|dir| dir.len() < libc::PATH_MAX as usize)
         .filter_map(|dir| {
             let mut full = dir.to_vec();
@@ -147,18 +153,8 @@ fn candidates(program: &CString, path: Option<&[u8]>) -> Vec<CString> {
             full.extend_from_slice(name);
             CString::new(full).ok()
         })
-        .collect()
-}
-
-/// Why no exec can be tried, known before a child is made: musl's execvp
-/// fails an empty name with ENOENT and a bare name longer than NAME_MAX with
-/// ENAMETOOLONG.
-fn unrunnable(program: &CString, paths: &[CString]) -> Option<libc::c_int> {
-    let name = program.as_bytes();
-    if !name.contains(&b'/') && name.len() > NAME_MAX {
-        return Some(libc::ENAMETOOLONG);
-    }
-    paths.is_empty().then_some(libc::ENOENT)
+        .collect();
+    if found.is_empty() { Err(libc::ENOENT) } else { Ok(found) }
 }
 
 /// Linux's longest file name (the libc crate has no constant for it).
@@ -192,14 +188,13 @@ fn vfork_spawn(command: &[OsString]) -> Result<pid_t, SpawnError> {
     let path = std::env::var_os("PATH");
     let mut argv: Vec<*const c_char> = args.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
+    let paths = candidates(&args[0], path.as_ref().map(|p| p.as_bytes()))
+        .map_err(|errno| SpawnError::new(io::Error::from_raw_os_error(errno)))?;
     let plan = Plan {
-        paths: candidates(&args[0], path.as_ref().map(|p| p.as_bytes())),
+        paths,
         argv,
         error: AtomicI32::new(0),
     };
-    if let Some(errno) = unrunnable(&args[0], &plan.paths) {
-        return Err(SpawnError::new(io::Error::from_raw_os_error(errno)));
-    }
     let mut stack = ChildStack([MaybeUninit::uninit(); CHILD_STACK]);
     let top = stack.0.as_mut_ptr_range().end.cast::<libc::c_void>();
     // SAFETY: `child` runs on `stack`, which outlives it: CLONE_VFORK keeps
@@ -248,8 +243,7 @@ fn exec_plan(plan: &Plan) -> libc::c_int {
     if unsafe { libc::setpgid(0, 0) } != 0 {
         return errno();
     }
-    reset_dispositions();
-    if signals::unblock_all().is_err() {
+    if clean_signal_state().is_err() {
         return errno();
     }
     // As musl's execvp: a missing file or directory tries the next
@@ -357,15 +351,15 @@ pub fn exec(command: &[OsString], signals: &super::Signals) -> ExecError {
     }
 }
 
-/// Every disposition at default and nothing blocked, just before exec.
-/// Async-signal-safe.
+/// Every disposition at default and nothing blocked, just before exec, in
+/// either kind of child. Async-signal-safe.
 fn clean_signal_state() -> io::Result<()> {
     reset_dispositions();
     // std does not reset the mask in every version; do not rely on it.
     signals::unblock_all()
 }
 
-/// Sets every signal's disposition to default, in the forked child.
+/// Sets every signal's disposition to default, in the child.
 ///
 /// The raw syscall, not libc's `signal`: glibc and musl refuse to touch the
 /// signals they reserve (32-34), yet a parent may have left those ignored.
@@ -400,31 +394,29 @@ mod tests {
 
     #[test]
     fn a_program_with_a_slash_is_the_only_candidate() {
-        assert_eq!(candidates(&c("./train"), Some(b"/bin")), [c("./train")]);
-        assert_eq!(candidates(&c("/usr/bin/python"), None), [c("/usr/bin/python")]);
+        assert_eq!(candidates(&c("./train"), Some(b"/bin")), Ok(vec![c("./train")]));
+        assert_eq!(candidates(&c("/usr/bin/python"), None), Ok(vec![c("/usr/bin/python")]));
     }
 
     #[test]
     fn an_empty_name_has_no_candidate_and_a_too_long_directory_is_skipped() {
-        assert!(candidates(&c(""), Some(b"/bin")).is_empty());
+        assert_eq!(candidates(&c(""), Some(b"/bin")), Err(libc::ENOENT));
         let long = format!("/{}", "d".repeat(libc::PATH_MAX as usize));
         assert_eq!(
             candidates(&c("sh"), Some(format!("{long}:/bin").as_bytes())),
-            [c("/bin/sh")]
+            Ok(vec![c("/bin/sh")])
         );
     }
 
     #[test]
     fn an_empty_name_or_a_too_long_bare_name_is_refused_before_any_child() {
-        let long = c(&"n".repeat(NAME_MAX + 1));
-        assert_eq!(unrunnable(&long, &candidates(&long, None)), Some(libc::ENAMETOOLONG));
-        assert_eq!(unrunnable(&c(""), &candidates(&c(""), None)), Some(libc::ENOENT));
-        let at_most = c(&"n".repeat(NAME_MAX));
-        assert_eq!(unrunnable(&at_most, &candidates(&at_most, None)), None);
+        assert_eq!(candidates(&c(&"n".repeat(NAME_MAX + 1)), None), Err(libc::ENAMETOOLONG));
+        assert_eq!(candidates(&c(""), None), Err(libc::ENOENT));
+        assert!(candidates(&c(&"n".repeat(NAME_MAX)), None).is_ok());
         let path = c(&format!("/{}", "n".repeat(NAME_MAX + 1)));
         assert_eq!(
-            unrunnable(&path, &candidates(&path, None)),
-            None,
+            candidates(&path, None),
+            Ok(vec![path.clone()]),
             "a path is execve's to judge"
         );
     }
@@ -433,11 +425,11 @@ mod tests {
     fn a_bare_name_is_looked_for_in_each_directory_of_path_in_order() {
         assert_eq!(
             candidates(&c("python"), Some(b"/opt/bin::/usr/bin")),
-            [c("/opt/bin/python"), c("python"), c("/usr/bin/python")]
+            Ok(vec![c("/opt/bin/python"), c("python"), c("/usr/bin/python")])
         );
         assert_eq!(
             candidates(&c("sh"), None),
-            [c("/usr/local/bin/sh"), c("/bin/sh"), c("/usr/bin/sh")]
+            Ok(vec![c("/usr/local/bin/sh"), c("/bin/sh"), c("/usr/bin/sh")])
         );
     }
 }

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 pub const BOUND: Duration = Duration::from_secs(20);
 
 /// The meshwrap under test: cargo's build of this source, or the binary
-/// MESHWRAP_TEST_BIN names (.ci/run points the pod simulation at the shipped
-/// static, non-PIE one that .ci/release built).
+/// MESHWRAP_TEST_BIN names (.ci/run runs the integration tests again on the
+/// shipped static, non-PIE one that .ci/release built).
 pub fn meshwrap_bin() -> PathBuf {
     match std::env::var_os("MESHWRAP_TEST_BIN") {
         Some(bin) => {
