@@ -1,43 +1,49 @@
-//! Quitting sidecars: POST each distinct quit URL once, all in parallel,
-//! under one total budget (`--quit-timeout`).
+//! Quitting sidecars: POST each distinct quit URL, all in parallel, under
+//! one total budget (`--quit-timeout`), until the sidecar takes the quit.
 //!
-//! The contract: once a quit request has been written in full, the sidecar
-//! may have taken it, and it is never sent again, whatever follows: an
-//! answer of any status, a close or a reset before any answer, something
-//! that is not HTTP, or no answer in time. A POST is retried, with a short
-//! backoff, only when it provably never reached the sidecar
-//! ([`Failure::Unsent`]): the connection was refused or could not be made
-//! in time, or the request could not be written in full. Each attempt's
-//! connect is bounded by the smaller of `--request-timeout` and what is
-//! left of the budget, so a black-holed host cannot hold a quit past it;
-//! the first attempt's connect gets at least [`FIRST_CONNECT`], so even
-//! `--quit-timeout 1ns` sends the quit (a loopback connect takes
+//! The contract (docs/meshwrap.md, "The quit contract", has it as a table,
+//! and tests/quit.rs tests each row): at most one quit accepted, and never
+//! none while the sidecar lives. Where meshwrap cannot know whether the
+//! sidecar took a quit, it takes the side that lets the pod complete: a
+//! quit too many costs a sidecar that was ending anyway, a quit too few a
+//! pod that runs forever.
+//! - 2xx: taken. Never sent again.
+//! - 5xx, 408 or 429: not handled (RFC 9110 15.6: the server could not
+//!   fulfil it; 15.5.9 and RFC 6585 4: try again later). Sent again, with
+//!   backoff, within the budget.
+//! - 403, 404, 405 and the other 3xx and 4xx: the sidecar refuses this
+//!   request for good; an error naming the likely cause, not resent (the
+//!   same bytes would get the same answer).
+//! - closed or reset before any answer: its port is looked at with bare
+//!   connects (no request) for [`GRACE`]. If it refuses, the sidecar has
+//!   exited: quit. If it still accepts, it did not exit, so the quit was
+//!   not taken, and it is sent again. A sidecar whose preset says it closes
+//!   as it exits (the Cloud SQL proxy) counts as quit at once.
+//! - no answer: the request went out and may be acted on; awaited until the
+//!   budget ends, never resent (it would race the first), then a warning.
+//! - not HTTP: an error, not resent.
+//! - not sent at all (a refused or timed-out connect, a write that did not
+//!   finish): sent again with backoff. A port that refuses after the
+//!   sidecar was seen ready means it has exited: nothing left to quit.
+//!
+//! Each attempt's connect is bounded by the smaller of `--request-timeout`
+//! and what is left of the budget, so a black-holed host cannot hold a quit
+//! past it; the first attempt's connect gets at least [`FIRST_CONNECT`], so
+//! even `--quit-timeout 1ns` sends the quit (a loopback connect takes
 //! microseconds).
 //!
-//! After the request went out in full:
-//! - 2xx: quit.
-//! - 3xx, 4xx (logged with its likely cause), 5xx, or not HTTP: an error.
-//! - closed or reset before any answer: the sidecar may be exiting on the
-//!   quit (the Cloud SQL proxy's preset says it does). Its port is watched
-//!   with bare connects (no request) until it refuses, so it exited, or
-//!   until the budget ends: then a warning, since it may have taken the quit.
-//! - no answer: waited for until the budget runs out, then a warning.
-//!
 //! The races this guards against: a sidecar that exits as it takes the quit
-//! closes the connection first and its listener a moment later, so one
-//! refused connect is awaited, not assumed; a sidecar that acted on a quit
-//! and then failed to answer it is not told twice (RFC 9110 9.2.2: a client
-//! does not retry a non-idempotent request on its own once it was sent).
+//! closes the connection first and its listener a moment later, so a close
+//! is followed by a look at the port for a grace period, not taken for
+//! "still running" at the first accepted connect; a sidecar still in its
+//! grace when the budget ends is warned about, not told again.
 //!
 //! One exception to the retries: after a wait in which no sidecar answered
 //! anything (every poll refused), meshwrap is stopping because the sidecar
 //! never came (a signal, or `--timeout`), and it is most likely not there at
-//! all. Then each URL gets one attempt: "once" still holds (fewer sends can
-//! only keep it), and a pod being deleted does not spend `--quit-timeout`
-//! retrying a port that has never listened.
-//!
-//! A port that refuses after the sidecar was seen ready means the sidecar
-//! has exited: there is nothing left to quit, and nothing is retried.
+//! all. Then a quit that cannot be sent gets one attempt, and a pod being
+//! deleted does not spend `--quit-timeout` retrying a port that has never
+//! listened. A sidecar that does answer is still retried as above.
 
 use std::time::Duration;
 
@@ -77,18 +83,22 @@ pub enum Outcome {
     /// It closed the connection without answering and exited (its preset
     /// does so, or its port refused once the quit went out).
     ClosedAsItExited,
-    /// It answered something that is not 2xx.
+    /// It refused the quit for good (3xx, 4xx other than 408 and 429, not
+    /// HTTP), or answered "not handled" (5xx, 408, 429) to every one sent
+    /// within the budget.
     Rejected,
-    /// The quit went out and no answer came within the budget (or the
-    /// connection was closed unanswered and the sidecar still listens).
+    /// The quit went out and no answer came within the budget (or its
+    /// connection was closed unanswered and the sidecar still listened
+    /// when the budget ended).
     Unanswered,
     /// The budget ran out before a quit could be sent.
     GaveUp,
 }
 
-/// POSTs every URL once, concurrently, within `budget` in total.
-/// `seen_ready`: the sidecar answered ready during the wait; `once`: it
-/// answered nothing at all, so each URL gets one attempt, no retries.
+/// POSTs every URL, concurrently, until each takes its quit (or refuses it
+/// for good), within `budget` in total. `seen_ready`: the sidecar answered
+/// ready during the wait; `once`: it answered nothing at all, so a quit
+/// that cannot be sent gets one attempt.
 pub async fn quit_all(
     targets: &[Target],
     budget: Duration,
@@ -143,36 +153,33 @@ async fn quit_one(
         let remaining = deadline.saturating_duration_since(Instant::now());
         let connect = connect_bound(request_timeout, remaining, attempt.number);
         let result = client.request(Method::POST, connect, remaining).await;
-        if dropped_unanswered(target, &result) {
-            return closed_unanswered(&target.endpoint, deadline, started).await;
-        }
-        if let Some(outcome) = settled(target, &result, &attempt, started.elapsed().as_millis()) {
-            return outcome;
-        }
-        // Only a quit that was not sent comes here.
-        let error = result.map_or_else(|f| f.to_string(), |s| format!("HTTP {s}"));
-        if once {
+        let ms = started.elapsed().as_millis();
+        let why = match verdict(target, &result, &attempt) {
+            Verdict::Settled(outcome) => return settle(target, &result, outcome, &attempt, ms),
+            Verdict::WatchPort => match closed_unanswered(&target.endpoint, deadline, started).await {
+                Some(outcome) => return outcome,
+                None => "the sidecar closed the connection without answering and still listens".to_string(),
+            },
+            Verdict::Again(why) => why,
+        };
+        if once && matches!(result, Err(Failure::Unsent(_))) {
             log!(
                 Warn,
                 "could not quit the sidecar, and not retrying: it answered nothing while meshwrap waited for it",
                 url = url,
-                error = &error
+                error = &why
             );
             return Outcome::GaveUp;
         }
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
-            log!(
-                Error,
-                "could not quit the sidecar: no quit could be sent before --quit-timeout ran out",
-                url = url,
-                error = &error,
-                attempts = attempt.number,
-                ms = started.elapsed().as_millis()
-            );
-            return Outcome::GaveUp;
+            return out_of_time(url, &result, &why, &attempt, started.elapsed().as_millis());
         }
-        log!(Debug, "quit not sent, retrying", url = url, error = &error);
+        if matches!(result, Err(Failure::Unsent(_))) {
+            log!(Debug, "quit not sent, retrying", url = url, error = &why);
+        } else {
+            log!(Info, "quit not taken, sending it again", url = url, reason = &why);
+        }
         tokio::time::sleep(backoff.min(remaining)).await;
         backoff = (backoff * 2).min(RETRY_MAX);
     }
@@ -187,59 +194,116 @@ struct Attempt {
     budget: Duration,
 }
 
-/// Whether the quit went out in full and its connection was closed, reset
-/// or broken before any answer, from a sidecar not known to exit so.
-fn dropped_unanswered(target: &Target, result: &Result<u16, Failure>) -> bool {
-    matches!(result, Err(Failure::Closed | Failure::Io(_))) && !target.preset.is_some_and(|p| p.exits_before_answering)
+/// What one attempt's result means for the quit (the contract's table).
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// Nothing more to send: this is how the quit ended.
+    Settled(Outcome),
+    /// Closed or reset before any answer: look at the port.
+    WatchPort,
+    /// Not taken (not sent, or not handled): send it again, and why.
+    Again(String),
 }
 
-/// Whether this answer settles the quit (logged, with its outcome), or
-/// `None`: the quit never reached the sidecar, so it may be sent again.
-fn settled(target: &Target, result: &Result<u16, Failure>, attempt: &Attempt, ms: u128) -> Option<Outcome> {
-    let url = target.endpoint.url.as_str();
-    let outcome = match result {
-        Ok(status) if (200..300).contains(status) => {
-            log!(Info, "sidecar quit", url = url, status = *status, ms = ms);
-            Outcome::Quit(*status)
+/// The contract's table: what came back, and what meshwrap does.
+fn verdict(target: &Target, result: &Result<u16, Failure>, attempt: &Attempt) -> Verdict {
+    match result {
+        Ok(status) if (200..300).contains(status) => Verdict::Settled(Outcome::Quit(*status)),
+        // Not handled, and the sidecar lives: a quit too few is a pod that
+        // never completes, so it is sent again (RFC 9110 15.6, 15.5.9).
+        Ok(status) if *status >= 500 || *status == 408 || *status == 429 => Verdict::Again(format!("HTTP {status}")),
+        Ok(_) => Verdict::Settled(Outcome::Rejected),
+        Err(Failure::Closed | Failure::Io(_)) if target.preset.is_some_and(|p| p.exits_before_answering) => {
+            Verdict::Settled(Outcome::ClosedAsItExited)
         }
-        Ok(status) => return Some(rejected(target, *status, ms)),
-        // A sidecar that exits as it takes the quit may never answer it.
+        Err(Failure::Closed | Failure::Io(_)) => Verdict::WatchPort,
+        Err(Failure::Unsent(why)) if matches!(**why, Failure::Refused) && attempt.seen_ready => {
+            Verdict::Settled(Outcome::AlreadyGone)
+        }
+        Err(Failure::Unsent(why)) => Verdict::Again(format!("not sent: {why}")),
+        // Sent and pending: the sidecar may act on it yet; a second one
+        // would race it. Awaited, not resent.
+        Err(Failure::Unanswered) => Verdict::Settled(Outcome::Unanswered),
+        Err(Failure::Garbage(_) | Failure::Refused | Failure::TimedOut) => Verdict::Settled(Outcome::Rejected),
+    }
+}
+
+/// Logs how a settled quit ended, and returns it.
+fn settle(target: &Target, result: &Result<u16, Failure>, outcome: Outcome, attempt: &Attempt, ms: u128) -> Outcome {
+    let url = target.endpoint.url.as_str();
+    match (&outcome, result) {
+        (Outcome::Quit(status), _) => log!(Info, "sidecar quit", url = url, status = *status, ms = ms),
+        (Outcome::Rejected, Ok(status)) => rejected(target, *status, ms),
+        (Outcome::Rejected, Err(failure)) => log!(
+            Error,
+            "could not quit the sidecar: it answered something that is not HTTP; not sending the quit again",
+            url = url,
+            error = &failure.to_string(),
+            ms = ms
+        ),
+        (Outcome::ClosedAsItExited, _) => log!(
+            Info,
+            "sidecar quit (it closed the connection as it exited)",
+            url = url,
+            ms = ms
+        ),
+        (Outcome::AlreadyGone, _) => log!(
+            Info,
+            "sidecar already gone (its quit port refuses connections)",
+            url = url,
+            ms = ms
+        ),
+        (Outcome::Unanswered, _) => unanswered(url, attempt, ms),
+        (Outcome::GaveUp, _) => {}
+    }
+    outcome
+}
+
+/// The budget ended while the quit was still not taken: an error (a quit
+/// never sent, or answered "not handled" every time), or a warning (a
+/// sidecar that closed without answering, still listening: it may be
+/// exiting slowly on the quit).
+fn out_of_time(url: &str, result: &Result<u16, Failure>, why: &str, attempt: &Attempt, ms: u128) -> Outcome {
+    match result {
         Err(Failure::Closed | Failure::Io(_)) => {
             log!(
-                Info,
-                "sidecar quit (it closed the connection as it exited)",
+                Warn,
+                "quit sent; the sidecar closed the connection without answering and still listens at --quit-timeout: it may be exiting on the quit",
                 url = url,
+                attempts = attempt.number,
                 ms = ms
             );
-            Outcome::ClosedAsItExited
+            Outcome::Unanswered
         }
-        Err(Failure::Unsent(why)) if matches!(**why, Failure::Refused) && attempt.seen_ready => {
-            log!(
-                Info,
-                "sidecar already gone (its quit port refuses connections)",
-                url = url,
-                ms = ms
-            );
-            Outcome::AlreadyGone
-        }
-        Err(Failure::Unsent(_)) => return None,
-        Err(Failure::Unanswered) => return Some(unanswered(url, attempt, ms)),
-        Err(failure) => {
+        Ok(status) => {
             log!(
                 Error,
-                "could not quit the sidecar: it answered something that is not HTTP; not sending the quit again",
+                format!(
+                    "could not quit the sidecar: it answered HTTP {status} (not handled) to every quit within {} (--quit-timeout)",
+                    crate::duration::format(attempt.budget)
+                ),
                 url = url,
-                error = &failure.to_string(),
+                attempts = attempt.number,
                 ms = ms
             );
             Outcome::Rejected
         }
-    };
-    Some(outcome)
+        Err(_) => {
+            log!(
+                Error,
+                "could not quit the sidecar: no quit could be sent before --quit-timeout ran out",
+                url = url,
+                error = why,
+                attempts = attempt.number,
+                ms = ms
+            );
+            Outcome::GaveUp
+        }
+    }
 }
 
 /// A quit that went out and got no answer in the budget: never resent.
-fn unanswered(url: &str, attempt: &Attempt, ms: u128) -> Outcome {
+fn unanswered(url: &str, attempt: &Attempt, ms: u128) {
     log!(
         Warn,
         format!(
@@ -250,40 +314,39 @@ fn unanswered(url: &str, attempt: &Attempt, ms: u128) -> Outcome {
         attempts = attempt.number,
         ms = ms
     );
-    Outcome::Unanswered
 }
 
+/// How long a sidecar that closed a quit's connection unanswered has to
+/// stop listening before the quit counts as not taken. A sidecar exiting on
+/// the quit closes the connection and its listener within one exit; one
+/// that is still listening after this did not exit.
+const GRACE: Duration = Duration::from_millis(100);
+
 /// A quit that went out and whose connection was closed or reset before
-/// any answer: never resent. The sidecar may be exiting on it, so its port
-/// is watched until it refuses or the budget ends.
-async fn closed_unanswered(endpoint: &Endpoint, deadline: Instant, started: Instant) -> Outcome {
-    let url = endpoint.url.as_str();
-    if gone_by(endpoint, deadline).await {
+/// any answer: `Some` when the sidecar's port refuses within [`GRACE`] (it
+/// exited on the quit), `None` when it still listens (send again).
+async fn closed_unanswered(endpoint: &Endpoint, deadline: Instant, started: Instant) -> Option<Outcome> {
+    let grace_end = deadline.min(Instant::now() + GRACE);
+    if gone_by(endpoint, grace_end).await {
         log!(
             Info,
             "sidecar quit (it closed the connection without answering, and its port now refuses: it exited)",
-            url = url,
+            url = &endpoint.url,
             ms = started.elapsed().as_millis()
         );
-        return Outcome::ClosedAsItExited;
+        return Some(Outcome::ClosedAsItExited);
     }
-    log!(
-        Warn,
-        "quit sent; the sidecar closed the connection without answering and still listens at --quit-timeout: it may have taken the quit, which is not sent again",
-        url = url,
-        ms = started.elapsed().as_millis()
-    );
-    Outcome::Unanswered
+    None
 }
 
-/// A 3xx, 4xx or 5xx answer: the quit is not sent again; the error says why.
-fn rejected(target: &Target, status: u16, ms: u128) -> Outcome {
+/// A 3xx or 4xx answer: the sidecar refuses this quit for good; the error says why.
+fn rejected(target: &Target, status: u16, ms: u128) {
     let url = target.endpoint.url.as_str();
     let cause = if (400..500).contains(&status) {
         let hint = target.preset.and_then(|p| p.not_found_hint).filter(|_| status == 404);
         hint.map_or_else(|| rejection_cause(status), |hint| format!("404 Not Found: {hint}"))
     } else {
-        format!("it answered HTTP {status}; not sending the quit again (the sidecar may have taken it)")
+        format!("it answered HTTP {status}; not sending the quit again (the same request would get the same answer)")
     };
     log!(
         Error,
@@ -292,7 +355,6 @@ fn rejected(target: &Target, status: u16, ms: u128) -> Outcome {
         status = status,
         ms = ms
     );
-    Outcome::Rejected
 }
 
 /// Polls with bare connects until the sidecar's port refuses them (true:
@@ -345,6 +407,67 @@ fn rejection_cause(status: u16) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn target(exits_before_answering: bool) -> Target {
+        let endpoint = http::Endpoint::parse("http://127.0.0.1:1/quitquitquit").unwrap();
+        let preset = if exits_before_answering {
+            crate::sidecar::preset::PRESETS.iter().find(|p| p.name == "cloudsql")
+        } else {
+            None
+        };
+        Target { endpoint, preset }
+    }
+
+    fn verdict_of(result: Result<u16, Failure>, seen_ready: bool) -> Verdict {
+        let attempt = Attempt {
+            number: 1,
+            seen_ready,
+            budget: Duration::from_secs(5),
+        };
+        verdict(&target(false), &result, &attempt)
+    }
+
+    #[test]
+    fn the_contract_table_each_row() {
+        use Verdict::*;
+        let unsent = |f| Err(Failure::Unsent(Box::new(f)));
+        assert_eq!(verdict_of(Ok(200), true), Settled(Outcome::Quit(200)));
+        assert_eq!(verdict_of(Ok(204), true), Settled(Outcome::Quit(204)));
+        for status in [500, 502, 503, 504, 408, 429] {
+            assert!(
+                matches!(verdict_of(Ok(status), true), Again(_)),
+                "{status} is sent again"
+            );
+        }
+        for status in [301, 400, 403, 404, 405, 418] {
+            assert_eq!(verdict_of(Ok(status), true), Settled(Outcome::Rejected), "{status}");
+        }
+        assert_eq!(verdict_of(Err(Failure::Closed), true), WatchPort);
+        let reset = std::io::Error::from(std::io::ErrorKind::Other);
+        assert_eq!(verdict_of(Err(Failure::Io(reset)), true), WatchPort);
+        assert_eq!(verdict_of(Err(Failure::Unanswered), true), Settled(Outcome::Unanswered));
+        assert_eq!(
+            verdict_of(Err(Failure::Garbage("x".into())), true),
+            Settled(Outcome::Rejected)
+        );
+        assert_eq!(
+            verdict_of(unsent(Failure::Refused), true),
+            Settled(Outcome::AlreadyGone)
+        );
+        assert!(matches!(verdict_of(unsent(Failure::Refused), false), Again(_)));
+        assert!(matches!(verdict_of(unsent(Failure::TimedOut), true), Again(_)));
+    }
+
+    #[test]
+    fn a_sidecar_whose_preset_closes_as_it_exits_is_quit_by_the_close() {
+        let attempt = Attempt {
+            number: 1,
+            seen_ready: true,
+            budget: Duration::from_secs(5),
+        };
+        let closed = verdict(&target(true), &Err(Failure::Closed), &attempt);
+        assert_eq!(closed, Verdict::Settled(Outcome::ClosedAsItExited));
+    }
 
     #[test]
     fn a_connect_gets_the_smaller_of_the_request_timeout_and_what_is_left_the_first_at_least_its_floor() {

@@ -75,6 +75,8 @@ struct State {
     /// Connections served to their end.
     finished: usize,
     requests: Vec<Request>,
+    /// Quits answered 2xx: taken.
+    accepted_quits: usize,
     /// The connections the client closed (meshwrap), by number.
     closed_by_client: Vec<usize>,
 }
@@ -278,6 +280,11 @@ impl FakeSidecar {
         self.count("POST", &path)
     }
 
+    /// Quits the fake answered with 2xx (the ones a sidecar takes).
+    pub fn accepted_quits(&self) -> usize {
+        self.shared.state.lock().unwrap().accepted_quits
+    }
+
     pub fn polls(&self) -> usize {
         let path = self.shared.state.lock().unwrap().ready_path.clone();
         self.count("GET", &path)
@@ -376,6 +383,13 @@ fn answer(stream: &mut TcpStream, shared: &Shared, port: u16, id: usize) -> bool
         } else {
             replies[0].clone()
         };
+        let code = match reply {
+            Reply::Status(code) | Reply::Body(code, _) | Reply::Late(_, code) | Reply::HeldBody(code) => code,
+            _ => 0,
+        };
+        if method == "POST" && path == state.quit_path && (200..300).contains(&code) {
+            state.accepted_quits += 1;
+        }
         let exit_after = (state.exit_on_quit && path == state.quit_path && matches!(reply, Reply::Status(200..=299)))
             || matches!(reply, Reply::ExitWithoutAnswer);
         state.requests.push(Request {
