@@ -129,7 +129,11 @@ pub fn run(config: &Config, signals: &mut Signals) -> u8 {
     let mut hold = match &config.guard_dir {
         Some(dir) => match Hold::take(dir, config.quit_policy) {
             Ok(hold) => Some(hold),
-            Err(line) => return refused(config, &plan, &line),
+            // A live meshwrap holds the directory and runs its command on
+            // this sidecar: a quit now would cut its mesh mid-run, and it
+            // quits the sidecar itself when it ends.
+            Err(refusal) if refusal.held_by_another => return refused_beside_a_holder(config, &refusal.line),
+            Err(refusal) => return refused(config, &plan, &refusal.line),
         },
         None => None,
     };
@@ -198,6 +202,19 @@ fn refused(config: &Config, plan: &sidecar::Plan, line: &str) -> u8 {
         EXIT_MESHWRAP_FAILED
     };
     on_runtime(quit).unwrap_or_else(|e| internal_error("cannot start the runtime", e))
+}
+
+/// A `--guard-dir` another live meshwrap holds: the line on stderr and in
+/// the termination log, exit 125, and no quit (the holder quits the
+/// sidecar when its own command ends).
+fn refused_beside_a_holder(config: &Config, line: &str) -> u8 {
+    log::stderr_line(&format!("meshwrap: {line}"));
+    terminated(config, line);
+    log!(
+        Info,
+        "not quitting the sidecar: the meshwrap that holds --guard-dir uses it, and quits it when its command ends"
+    );
+    EXIT_MESHWRAP_FAILED
 }
 
 /// `--exec` leaves nothing behind to quit the sidecars, so it is refused

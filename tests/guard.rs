@@ -361,6 +361,33 @@ fn a_second_wrapped_container_on_the_same_directory_is_refused() {
 }
 
 #[test]
+fn a_refusal_beside_a_live_lock_holder_never_quits_the_sidecar_it_uses() {
+    let sidecar = FakeSidecar::ready();
+    let dir = guard_dir();
+    let mut first = wrapped_in(&sidecar, &dir)
+        .args(["--", "sh", "-c", "echo started; read line; exit 0"])
+        .spawn();
+    first.wait_stdout("started");
+    // The kubelet creates the file; meshwrap only writes it.
+    let termination = tempdir().join("termination-log");
+    std::fs::write(&termination, "").unwrap();
+    let second = wrapped_in(&sidecar, &dir)
+        .args(["--termination-log", termination.to_str().unwrap()])
+        .args(["--", "sh", "-c", "echo ran"])
+        .run();
+    second
+        .assert_code(125)
+        .assert_stderr_has("another meshwrap holds its lock")
+        .assert_stderr_has("not quitting the sidecar: the meshwrap that holds --guard-dir uses it");
+    let message = std::fs::read_to_string(&termination).unwrap_or_default();
+    assert!(message.contains("another meshwrap holds its lock"), "termination log: {message:?}");
+    assert_eq!(sidecar.quits(), 0, "the holder's command still runs on this sidecar");
+    first.close_stdin();
+    first.finish().assert_code(0);
+    assert_eq!(sidecar.quits(), 1, "the holder quits it, once, at its end");
+}
+
+#[test]
 fn guard_usage_errors_exit_125_with_one_line() {
     for (args, says) in [
         (&["guard"][..], "meshwrap guard needs --guard-dir DIR"),

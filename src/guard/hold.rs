@@ -26,6 +26,14 @@ use crate::log;
 /// How long meshwrap retries a lock someone else holds.
 const LOCK_PATIENCE: Duration = Duration::from_secs(2);
 
+/// Why the directory could not be taken: one line for the user, and
+/// whether a live meshwrap holds it (and will quit the sidecar itself).
+#[derive(Debug)]
+pub struct Refusal {
+    pub line: String,
+    pub held_by_another: bool,
+}
+
 /// meshwrap's hold on the guard directory for one run.
 pub struct Hold {
     dir: PathBuf,
@@ -37,8 +45,11 @@ pub struct Hold {
 impl Hold {
     /// Locks the directory and records a new run as waiting. The error is
     /// one line for the user; nothing has been waited for or run.
-    pub fn take(dir: &Path, policy: QuitPolicy) -> Result<Hold, String> {
-        let fail = |what: &str, e: io::Error| format!("--guard-dir {}: {what}: {e}", dir.display());
+    pub fn take(dir: &Path, policy: QuitPolicy) -> Result<Hold, Refusal> {
+        let fail = |what: &str, e: io::Error| Refusal {
+            line: format!("--guard-dir {}: {what}: {e}", dir.display()),
+            held_by_another: false,
+        };
         fs::create_dir_all(dir).map_err(|e| fail("cannot create it", e))?;
         let lock = OpenOptions::new()
             .read(true)
@@ -52,11 +63,14 @@ impl Hold {
         let started = Instant::now();
         while !try_lock(&lock, libc::F_WRLCK).map_err(|e| fail("cannot lock it", e))? {
             if started.elapsed() >= LOCK_PATIENCE {
-                return Err(format!(
-                    "--guard-dir {}: another meshwrap holds its lock; wrap only one container per pod \
-                     (two would each quit the sidecar)",
-                    dir.display()
-                ));
+                return Err(Refusal {
+                    line: format!(
+                        "--guard-dir {}: another meshwrap holds its lock; wrap only one container per pod \
+                         (two would each quit the sidecar)",
+                        dir.display()
+                    ),
+                    held_by_another: true,
+                });
             }
             std::thread::sleep(Duration::from_millis(1));
         }
