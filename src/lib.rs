@@ -563,18 +563,22 @@ fn spawn_command(config: &Config) -> Result<supervise::Child, u8> {
             Ok(child)
         }
         Err(e) => {
-            let why = if e.code == 127 {
-                "command not found"
-            } else {
-                "command could not be executed"
+            let why = match (e.code, e.cause()) {
+                (127, _) => "command not found".to_string(),
+                (125, Some(cause)) => format!("could not make a process for the command: {cause}"),
+                (125, None) => "could not make a process for the command".to_string(),
+                _ => "command could not be executed".to_string(),
             };
             log!(
                 Error,
-                why,
+                &*why,
                 command = &*program,
                 error = &e.error.to_string(),
                 code = e.code
             );
+            if e.code == EXIT_MESHWRAP_FAILED {
+                terminated(config, &why);
+            }
             Err(e.code)
         }
     }

@@ -117,3 +117,98 @@ fn a_parent_that_ignores_sigchld_does_not_cost_the_exit_status() {
     }
     mw.run().assert_code(7);
 }
+
+/// A pids cgroup (v1, as this machine's; the kubelet's pod cgroup sets
+/// pids.max the same way) holding only meshwrap, allowed `max` processes.
+struct PidsCgroup(std::path::PathBuf);
+
+impl PidsCgroup {
+    fn new(max: u32) -> PidsCgroup {
+        let root = std::path::Path::new("/sys/fs/cgroup/pids");
+        assert!(
+            root.join("cgroup.procs").exists(),
+            "no cgroup v1 pids controller at {}",
+            root.display()
+        );
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = root.join(format!("meshwrap-test-{}-{n}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        let cgroup = PidsCgroup(dir);
+        cgroup.set_max(max);
+        cgroup
+    }
+
+    fn set_max(&self, max: u32) {
+        std::fs::write(self.0.join("pids.max"), max.to_string()).unwrap();
+    }
+
+    /// meshwrap with `args`, moved into the cgroup before it starts.
+    fn meshwrap(&self, args: &[&str]) -> Meshwrap {
+        let procs = self.0.join("cgroup.procs");
+        let mut mw = Meshwrap::program("/bin/sh");
+        mw.args(["-c", "echo $$ > \"$0\" && exec \"$@\""])
+            .arg(procs)
+            .arg(crate::support::command::meshwrap_bin())
+            .args(args);
+        mw
+    }
+}
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn a_process_that_cannot_be_made_is_meshwraps_failure_125_with_its_cause() {
+    if skip_unless_able(
+        "clone at pids.max",
+        lacks_root_or(&["/sys/fs/cgroup/pids/cgroup.procs"]),
+    ) {
+        return;
+    }
+    let sidecar = FakeSidecar::ready();
+    let cgroup = PidsCgroup::new(1);
+    let dir = tempdir();
+    let termination = dir.join("termination-log");
+    std::fs::write(&termination, "").unwrap();
+    let mut mw = cgroup.meshwrap(&["--termination-log", termination.to_str().unwrap()]);
+    mw.args(sidecar.flags()).args(["--", "/bin/true"]);
+    let run = mw.run();
+    run.assert_code(125)
+        .assert_stderr_has(
+            "error: could not make a process for the command: the pod's process limit (the cgroup's pids.max)",
+        )
+        .assert_stderr_has("trying again")
+        .assert_stderr_lacks("could not be executed");
+    let message = std::fs::read_to_string(&termination).unwrap();
+    assert!(
+        message.contains("could not make a process"),
+        "termination log: {message:?}"
+    );
+    assert_eq!(
+        sidecar.quits(),
+        1,
+        "a sidecar is still quit on 125, as --quit-policy always says"
+    );
+}
+
+#[test]
+fn a_process_limit_that_passes_is_retried_and_the_command_runs() {
+    if skip_unless_able(
+        "clone at pids.max",
+        lacks_root_or(&["/sys/fs/cgroup/pids/cgroup.procs"]),
+    ) {
+        return;
+    }
+    let sidecar = FakeSidecar::ready();
+    let cgroup = PidsCgroup::new(1);
+    let mut mw = cgroup.meshwrap(&[]);
+    mw.args(sidecar.flags()).args(["--", "sh", "-c", "exit 3"]);
+    let mut running = mw.spawn();
+    running.wait_stderr("could not make a process for the command; trying again");
+    cgroup.set_max(16);
+    running.finish().assert_code(3).assert_stderr_has("command started");
+}

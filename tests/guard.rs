@@ -380,7 +380,10 @@ fn a_refusal_beside_a_live_lock_holder_never_quits_the_sidecar_it_uses() {
         .assert_stderr_has("another meshwrap holds its lock")
         .assert_stderr_has("not quitting the sidecar: the meshwrap that holds --guard-dir uses it");
     let message = std::fs::read_to_string(&termination).unwrap_or_default();
-    assert!(message.contains("another meshwrap holds its lock"), "termination log: {message:?}");
+    assert!(
+        message.contains("another meshwrap holds its lock"),
+        "termination log: {message:?}"
+    );
     assert_eq!(sidecar.quits(), 0, "the holder's command still runs on this sidecar");
     first.close_stdin();
     first.finish().assert_code(0);

@@ -64,6 +64,31 @@ impl SpawnError {
         SpawnError { code, error }
     }
 
+    /// No process could be made for the command (`clone` failed): meshwrap's
+    /// own failure, 125, not the command's 126 (nothing was looked up or
+    /// executed).
+    fn no_process(error: io::Error) -> SpawnError {
+        SpawnError { code: 125, error }
+    }
+
+    /// A `clone` failure that may pass: the pod's pids.max or RLIMIT_NPROC
+    /// reached (EAGAIN) while other processes are ending.
+    fn transient(&self) -> bool {
+        self.code == 125 && self.error.raw_os_error() == Some(libc::EAGAIN)
+    }
+
+    /// What most likely stopped the `clone`, for the log.
+    pub fn cause(&self) -> Option<&'static str> {
+        if self.code != 125 {
+            return None;
+        }
+        match self.error.raw_os_error() {
+            Some(libc::EAGAIN) => Some("the pod's process limit (the cgroup's pids.max) or RLIMIT_NPROC is reached"),
+            Some(libc::ENOMEM) => Some("out of memory (the container's memory limit)"),
+            _ => None,
+        }
+    }
+
     fn no_command() -> SpawnError {
         SpawnError {
             code: 125,
@@ -72,9 +97,35 @@ impl SpawnError {
     }
 }
 
+/// How often a `clone` that failed with EAGAIN is tried again, and the
+/// first pause (doubled each time: 10 to 320 ms, 630 ms in all), as shells
+/// retry a fork. Signals stay queued meanwhile (they are blocked).
+const CLONE_RETRIES: u32 = 6;
+const CLONE_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// Starts the command in its own process group; returns its pid, and the
 /// controlling terminal if meshwrap gave the command its foreground.
 pub fn spawn(command: &[OsString]) -> Result<(pid_t, Option<OwnedFd>), SpawnError> {
+    let mut pause = CLONE_PAUSE;
+    for _ in 0..CLONE_RETRIES {
+        match spawn_once(command) {
+            Err(e) if e.transient() => {
+                crate::log!(
+                    Info,
+                    "could not make a process for the command; trying again",
+                    error = &e.error.to_string(),
+                    after_ms = pause.as_millis()
+                );
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            done => return done,
+        }
+    }
+    spawn_once(command)
+}
+
+fn spawn_once(command: &[OsString]) -> Result<(pid_t, Option<OwnedFd>), SpawnError> {
     if command.is_empty() {
         return Err(SpawnError::no_command());
     }
@@ -209,7 +260,7 @@ fn vfork_spawn(command: &[OsString]) -> Result<pid_t, SpawnError> {
         )
     };
     if pid < 0 {
-        return Err(SpawnError::new(io::Error::last_os_error()));
+        return Err(SpawnError::no_process(io::Error::last_os_error()));
     }
     match plan.error.load(Ordering::SeqCst) {
         0 => Ok(pid),
