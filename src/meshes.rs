@@ -12,10 +12,13 @@
 //! decides"; the native keys Linkerd reads in 2.15, 2.19 and 2.20), the
 //! table holds one [`Rule`] per version range, and callers ask the
 //! question that is safe whatever the version: "could this pod have the
-//! proxy?" ([`on_in_some`]) or "is it native under every version?"
-//! ([`on_in_every`]). A wrong "native" leaves a proxy nobody quits (the pod
-//! never completes); a wrong "classic" sends a quit the kubelet answers by
-//! restarting a sidecar of a pod that is ending anyway.
+//! proxy?" ([`on_in_some`]). Native is the one question where the version
+//! must be known, not assumed: a switch counts only where the pod shows an
+//! injector version that reads it ([`NativeProof`], [`Mesh::native_proven`]).
+//! A wrong "native" leaves a proxy nobody quits (the pod never completes);
+//! a wrong "classic" sends a quit the kubelet answers by restarting a
+//! sidecar of a pod that is ending anyway: where meshwrap cannot know, it
+//! takes the classic side.
 
 /// Where upstream says so.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,6 +201,46 @@ pub fn off_in_every(rules: &[Rule], get: Get) -> bool {
     !rules.is_empty() && rules.iter().all(|r| r.read(get) == Read::Off)
 }
 
+/// What on an injected pod shows the version of the injector that injected
+/// it, and so which of its `native` rules applies. A per-pod native switch
+/// counts only where the pod shows a version that reads it: a proxy wrongly
+/// taken as native is quit by nobody, and the pod never completes, while a
+/// native proxy taken as regular only gets a quit the kubelet answers by
+/// restarting it in a pod that is ending anyway.
+#[derive(Debug)]
+pub enum NativeProof {
+    /// The injector's status annotation lists what it injected (Istio's
+    /// `sidecar.istio.io/status`, `initContainers`): `sidecar::pod` reads
+    /// it. The per-pod switch alone proves nothing.
+    Status,
+    /// The injector writes its own version in this annotation, after one of
+    /// `prefixes`; `since` says from which release each `native` rule applies.
+    Version {
+        key: Key,
+        prefixes: &'static [&'static str],
+        since: &'static [Since],
+        source: Source,
+    },
+    /// Nothing on the pod shows the injector's version: the switch is never proof.
+    Unshown { source: Source },
+}
+
+/// From this release of a channel (`edge-` 23.11.4), the injector reads the
+/// `native` rule numbered `rule`.
+#[derive(Debug)]
+pub struct Since {
+    pub channel: &'static str,
+    pub from: [u32; 3],
+    pub rule: usize,
+}
+
+/// `24.2.4` as [24, 2, 4]; any other shape is none.
+fn release(version: &str) -> Option<[u32; 3]> {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    let release = [parts.next()??, parts.next()??, parts.next()??];
+    parts.next().is_none().then_some(release)
+}
+
 /// The injector's mark on every pod it injected.
 #[derive(Debug)]
 pub struct Mark {
@@ -250,6 +293,8 @@ pub struct Mesh {
     pub no_sidecar: &'static [Rule],
     /// The per-pod native switch, per version.
     pub native: &'static [Rule],
+    /// What shows which of `native`'s rules the pod's injector read.
+    pub native_proof: NativeProof,
     pub quit_switch: Option<QuitSwitch>,
     /// (port, path) on 127.0.0.1, GET until 2xx.
     pub ready: Option<(u16, &'static str)>,
@@ -322,6 +367,7 @@ pub const ISTIO: Mesh = Mesh {
             ),
         },
     ],
+    native_proof: NativeProof::Status,
     quit_switch: None,
     ready: Some((15021, "/healthz/ready")),
     quit: Some((15020, "/quitquitquit")),
@@ -393,6 +439,36 @@ pub const LINKERD: Mesh = Mesh {
             ),
         },
     ],
+    native_proof: NativeProof::Version {
+        key: ann("linkerd.io/created-by"),
+        // The webhook's own version (`linkerd inject --manual`: the CLI's).
+        prefixes: &["linkerd/proxy-injector ", "linkerd/cli "],
+        // Open-source Linkerd 2.15+ ships as edge releases only (the
+        // version-2.x tags build no image); stable-2.14 reads no native key.
+        since: &[
+            Since {
+                channel: "edge-",
+                from: [23, 11, 4],
+                rule: 0,
+            },
+            Since {
+                channel: "edge-",
+                from: [25, 10, 2],
+                rule: 1,
+            },
+            Since {
+                channel: "edge-",
+                from: [26, 5, 2],
+                rule: 2,
+            },
+        ],
+        source: src(
+            "linkerd/linkerd2",
+            "controller/proxy-injector/webhook.go (CreatedByAnnotation: \"linkerd/proxy-injector \" + version.Version); \
+             the native keys' commits 1b37e1989, d3788f6a6, 009a25fa3 first in edge-23.11.4, edge-25.10.2, edge-26.5.2",
+            "version-2.20",
+        ),
+    },
     quit_switch: Some(QuitSwitch {
         key: ann("config.linkerd.io/proxy-admin-shutdown"),
         on: "enabled",
@@ -466,6 +542,13 @@ pub const VAULT: Mesh = Mesh {
         ),
     }],
     native: &[],
+    native_proof: NativeProof::Unshown {
+        source: src(
+            "hashicorp/vault-k8s",
+            "agent-inject/agent/agent.go (the agent always in /spec/containers)",
+            "v1.7.6",
+        ),
+    },
     quit_switch: Some(QuitSwitch {
         key: ann("vault.hashicorp.com/agent-enable-quit"),
         on: "true",
@@ -540,6 +623,13 @@ pub const DAPR: Mesh = Mesh {
             "v1.18.0",
         ),
     }],
+    native_proof: NativeProof::Unshown {
+        source: src(
+            "dapr/dapr",
+            "pkg/injector/patcher/sidecar_patcher.go (labels only: dapr.io/sidecar-injected, app-id, metrics-enabled)",
+            "v1.18.3",
+        ),
+    },
     quit_switch: None,
     ready: Some((3500, "/v1.0/healthz/outbound")),
     quit: Some((3500, "/v1.0/shutdown")),
@@ -559,6 +649,9 @@ pub const CLOUDSQL: Mesh = Mesh {
     opt_in: &[],
     no_sidecar: &[],
     native: &[],
+    native_proof: NativeProof::Unshown {
+        source: src("GoogleCloudPlatform/cloud-sql-proxy", "cmd/root.go", "v2.25.3"),
+    },
     quit_switch: None,
     ready: Some((9090, "/startup")),
     quit: Some((9091, "/quitquitquit")),
@@ -602,9 +695,67 @@ impl Mesh {
         }
     }
 
-    /// The per-pod switch makes the proxy native under every version.
+    /// Every version that has the per-pod switch reads it as native (the
+    /// switch's own reading; whether the pod's injector is such a version
+    /// is [`Mesh::native_proven`]'s question).
     pub fn native_everywhere(&self, get: Get) -> bool {
         on_in_every(self.native, get)
+    }
+
+    /// The `native` rule the pod's injector read, where the pod shows its
+    /// version ([`NativeProof::Version`]); none where it shows none.
+    pub fn native_rule(&self, get: Get) -> Option<&Rule> {
+        let NativeProof::Version {
+            key, prefixes, since, ..
+        } = &self.native_proof
+        else {
+            return None;
+        };
+        let value = get(*key)?;
+        let version = prefixes.iter().find_map(|p| value.strip_prefix(p))?.trim();
+        let rule = since
+            .iter()
+            .filter(|s| {
+                version
+                    .strip_prefix(s.channel)
+                    .and_then(release)
+                    .is_some_and(|v| v >= s.from)
+            })
+            .next_back()?
+            .rule;
+        self.native.get(rule)
+    }
+
+    /// The per-pod switch makes the proxy native, as the injector version
+    /// the pod shows reads it. Istio's status decides for Istio (`sidecar::pod`).
+    pub fn native_proven(&self, get: Get) -> bool {
+        self.native_rule(get).is_some_and(|r| r.read(get) == Read::On)
+    }
+
+    /// Why a native switch the pod sets is not taken as native: some
+    /// version reads it as native, but the pod shows no injector version
+    /// that does. None where no version would, or where it is proven.
+    pub fn native_unproven(&self, get: Get) -> Option<String> {
+        if !on_in_some(self.native, get) || self.native_proven(get) {
+            return None;
+        }
+        let mut keys: Vec<&str> = Vec::new();
+        for key in self.native.iter().flat_map(|r| r.keys).filter(|k| get(**k).is_some()) {
+            if !keys.contains(&key.name) {
+                keys.push(key.name);
+            }
+        }
+        let why = match &self.native_proof {
+            NativeProof::Version { key, .. } => match get(*key) {
+                Some(value) => format!("the injector's {} \"{value}\" is not a version that reads it", key.name),
+                None => format!("the pod has no {} to show an injector version that reads it", key.name),
+            },
+            NativeProof::Unshown { .. } => {
+                "the injector writes no version on the pod, and its older versions do not read it".into()
+            }
+            NativeProof::Status => "only the injector's status shows a native proxy".into(),
+        };
+        Some(format!("{} is set, but {why}", keys.join(", ")))
     }
 
     /// A native key the pod sets to a value some version does not read as
@@ -1015,6 +1166,76 @@ mod tests {
             assert_eq!(DAPR.native_everywhere(&pod(&pairs)), native, "{value}");
         }
         assert_eq!(DAPR.native_keys(), ["dapr.io/enable-native-sidecar"]);
+    }
+
+    #[test]
+    fn dapr_writes_no_version_on_the_pod_so_its_native_switch_is_never_proof() {
+        // dapr/dapr v1.18.3 pkg/injector/patcher/sidecar_patcher.go: labels
+        // only; v1.17.x never reads the switch (added by #9450 in v1.18.0).
+        assert!(matches!(DAPR.native_proof, NativeProof::Unshown { .. }));
+        let pairs = [
+            (ann("dapr.io/enable-native-sidecar"), "true"),
+            (label("dapr.io/sidecar-injected"), "true"),
+        ];
+        assert!(!DAPR.native_proven(&pod(&pairs)));
+        let why = DAPR.native_unproven(&pod(&pairs)).unwrap();
+        assert!(
+            why.starts_with("dapr.io/enable-native-sidecar is set, but the injector writes no version"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn linkerd_native_counts_where_created_by_shows_an_injector_that_reads_the_key() {
+        // linkerd/linkerd2 controller/proxy-injector/webhook.go writes
+        // linkerd.io/created-by: "linkerd/proxy-injector <version>".
+        let created_by = ann("linkerd.io/created-by");
+        let proven = |by: &str, keys: &[Key]| {
+            let mut pairs: Vec<(Key, &str)> = keys.iter().map(|k| (*k, "true")).collect();
+            pairs.push((created_by, by));
+            LINKERD.native_proven(&pod(&pairs))
+        };
+        let all = [LINKERD_STABLE, LINKERD_BETA, LINKERD_ALPHA];
+        assert!(
+            !proven("linkerd/proxy-injector stable-2.14.10", &all),
+            "2.14 reads no native key"
+        );
+        assert!(
+            !proven("linkerd/proxy-injector edge-23.11.3", &all),
+            "before the alpha key"
+        );
+        assert!(proven("linkerd/proxy-injector edge-23.11.4", &[LINKERD_ALPHA]));
+        assert!(
+            !proven("linkerd/proxy-injector edge-25.10.1", &[LINKERD_BETA]),
+            "alpha only"
+        );
+        assert!(proven("linkerd/proxy-injector edge-25.10.2", &[LINKERD_BETA]));
+        assert!(
+            !proven("linkerd/proxy-injector edge-26.5.1", &[LINKERD_STABLE]),
+            "no stable key yet"
+        );
+        assert!(proven("linkerd/proxy-injector edge-26.5.2", &[LINKERD_STABLE]));
+        assert!(proven("linkerd/cli edge-26.8.3", &all), "linkerd inject --manual");
+        assert!(
+            !proven("linkerd/proxy-injector enterprise-2.18.1", &all),
+            "not shown which keys it reads"
+        );
+        assert!(!proven("linkerd/proxy-injector edge-26.x", &all));
+        let no_mark = pod(&[(LINKERD_ALPHA, "true")]);
+        assert!(!LINKERD.native_proven(&no_mark));
+        assert!(
+            LINKERD
+                .native_unproven(&no_mark)
+                .unwrap()
+                .contains("no linkerd.io/created-by")
+        );
+    }
+
+    #[test]
+    fn istio_native_is_proven_by_its_status_alone() {
+        assert!(matches!(ISTIO.native_proof, NativeProof::Status));
+        let pairs = [(ann("sidecar.istio.io/nativeSidecar"), "true")];
+        assert!(!ISTIO.native_proven(&pod(&pairs)));
     }
 
     #[test]

@@ -250,7 +250,8 @@ fn auto_reads_native_switches_and_vaults_pre_populate_only() {
         &status(NATIVE),
         r#"vault.hashicorp.com/agent-inject-status="injected""#,
         r#"vault.hashicorp.com/agent-pre-populate-only="true""#,
-        r#"linkerd.io/proxy-version="stable-2.20.0""#,
+        r#"linkerd.io/proxy-version="edge-26.8.3""#,
+        r#"linkerd.io/created-by="linkerd/proxy-injector edge-26.8.3""#,
         r#"config.linkerd.io/proxy-enable-native-sidecar="true""#,
         r#"config.alpha.linkerd.io/proxy-enable-native-sidecar="true""#,
     ]);
@@ -294,8 +295,10 @@ fn linkerd_with(lines: &[&str]) -> (Run, usize, usize) {
 
 #[test]
 fn a_linkerd_pod_with_a_native_proxy_is_waited_for_but_not_quit() {
-    // The keys every Linkerd version reads, as inject --native writes them.
+    // The keys every Linkerd version reads, as inject --native writes them,
+    // on a pod injected by a Linkerd that reads them (2.20's edge-26.7.1).
     let (run, polls, quits) = linkerd_with(&[
+        r#"linkerd.io/created-by="linkerd/proxy-injector edge-26.7.1""#,
         r#"config.linkerd.io/proxy-enable-native-sidecar="true""#,
         r#"config.beta.linkerd.io/proxy-enable-native-sidecar="true""#,
         r#"config.alpha.linkerd.io/proxy-enable-native-sidecar="true""#,
@@ -303,6 +306,40 @@ fn a_linkerd_pod_with_a_native_proxy_is_waited_for_but_not_quit() {
     run.assert_code(0)
         .assert_stderr_has("not quitting the linkerd sidecar: it runs as a native sidecar");
     assert_eq!((polls, quits), (1, 0));
+}
+
+/// Native only where proven: the same keys on a pod whose injector reads
+/// none of them (stable-2.14, before linkerd/linkerd2 #11465), or on a pod
+/// that does not show its injector's version, are a regular proxy: quit.
+#[test]
+fn linkerd_native_keys_from_an_injector_that_does_not_read_them_still_quit() {
+    for created_by in [
+        Some(r#"linkerd.io/created-by="linkerd/proxy-injector stable-2.14.10""#),
+        None,
+    ] {
+        let mut lines = vec![
+            r#"config.linkerd.io/proxy-enable-native-sidecar="true""#,
+            r#"config.beta.linkerd.io/proxy-enable-native-sidecar="true""#,
+            r#"config.alpha.linkerd.io/proxy-enable-native-sidecar="true""#,
+        ];
+        lines.extend(created_by);
+        let (run, polls, quits) = linkerd_with(&lines);
+        run.assert_code(0)
+            .assert_stderr_has("taking the linkerd sidecar as a regular container, and quitting it");
+        assert_eq!((polls, quits), (1, 1), "{created_by:?}");
+    }
+}
+
+/// Dapr writes no version on the pod, and Dapr up to 1.17 never reads
+/// `dapr.io/enable-native-sidecar` (dapr/dapr #9450, v1.18.0): never proof.
+#[test]
+fn a_dapr_native_switch_is_never_proof_and_daprd_is_quit() {
+    let file = annotations(&[r#"dapr.io/enable-native-sidecar="true""#, r#"dapr.io/enabled="true""#]);
+    let out = explained(&file, &[]);
+    assert!(
+        row(&out, "dapr").contains("taken as a regular container and quit: dapr.io/enable-native-sidecar is set"),
+        "{out}"
+    );
 }
 
 #[test]

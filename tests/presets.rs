@@ -74,14 +74,14 @@ fn cloudsql_closing_the_connection_as_it_exits_counts_as_quit() {
         .assert_code(0)
         .assert_stderr_has("sidecar quit (it closed the connection as it exited)");
     assert_eq!(quit.quits(), 1, "not retried");
-    // The same answer from a plain quit URL that still listens: it may have
-    // taken the quit, which is not sent again.
+    // The same answer from a plain quit URL that still listens: it did not
+    // exit, so it did not take the quit, which is sent again.
     let plain = FakeSidecar::ready();
     plain.set_quit(&[Reply::Close]);
     let run = wrapped(&plain).args(["--quit-timeout", "300ms", "true"]).run();
     run.assert_code(0)
         .assert_stderr_has("closed the connection without answering and still listens");
-    assert_eq!(plain.quits(), 1);
+    run.check(plain.quits() > 1, "sent again while it still listened");
 }
 
 /// #28 H3: a Cloud SQL proxy whose admin port is not at the preset's

@@ -112,11 +112,15 @@ fn cloudsql_image(c: &Value) -> bool {
 }
 
 /// Declared native in the spec (an init container that keeps running) or
-/// by the mesh's per-pod switch, read as native by every version.
+/// by the mesh's per-pod switch, where the template shows an injector
+/// version that reads it (the webhook, after the mesh's injector ran).
+/// Offline no injector has run, so a switch alone is not native: the pod is
+/// wrapped, and its quit switch written (inert if the proxy turns out
+/// native; meshwrap decides at run time from the pod's marks).
 fn is_native(t: &Template, kind: Kind) -> bool {
     let declared = matches!(proxy_container(t, kind), Some((true, i))
         if t.init_containers[i].get("restartPolicy").and_then(Value::as_str) == Some("Always"));
-    declared || kind.facts().native_everywhere(&|key| t.get(key))
+    declared || kind.facts().native_proven(&|key| t.get(key))
 }
 
 /// A native switch of the mesh the template sets to a value some version
@@ -393,13 +397,22 @@ mod tests {
             found(json!({}), json!({}), json!([]), native_proxy),
             [(Kind::Istio, true)]
         );
+        // A per-pod switch alone is not native: no injector has run, so none
+        // shows a version that reads it (native only where proven).
         let switched = json!({"sidecar.istio.io/nativeSidecar": "true"});
-        assert_eq!(found(switched, istio, json!([]), json!([])), [(Kind::Istio, true)]);
+        assert_eq!(found(switched, istio, json!([]), json!([])), [(Kind::Istio, false)]);
         let linkerd =
             json!({"linkerd.io/inject": "enabled", "config.alpha.linkerd.io/proxy-enable-native-sidecar": "t"});
-        assert_eq!(by_annotations(linkerd), [(Kind::Linkerd, true)]);
+        assert_eq!(by_annotations(linkerd), [(Kind::Linkerd, false)]);
         let dapr = json!({"dapr.io/enabled": "true", "dapr.io/enable-native-sidecar": "yes"});
-        assert_eq!(by_annotations(dapr), [(Kind::Dapr, true)]);
+        assert_eq!(by_annotations(dapr), [(Kind::Dapr, false)]);
+        // At admission after Linkerd's injector, its created-by shows the version.
+        let injected = json!({
+            "linkerd.io/inject": "enabled",
+            "linkerd.io/created-by": "linkerd/proxy-injector edge-24.2.4",
+            "config.alpha.linkerd.io/proxy-enable-native-sidecar": "t"
+        });
+        assert_eq!(by_annotations(injected), [(Kind::Linkerd, true)]);
     }
 
     #[test]

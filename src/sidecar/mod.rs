@@ -77,12 +77,26 @@ pub fn verdict(name: &str, facts: Result<Option<&pod::Facts>, &str>, auto: bool)
         Ok(Some(Some(seen))) => match &seen.absent {
             Some(absent) => (false, format!("skipped: {absent}"), false),
             None if seen.native => (true, format!("in the pod ({}), native: not quit", seen.shown_by), true),
-            None => (true, format!("in the pod ({})", seen.shown_by), false),
+            None => match &seen.unproven {
+                Some(why) => (
+                    true,
+                    format!(
+                        "in the pod ({}), taken as a regular container and quit: {why}",
+                        seen.shown_by
+                    ),
+                    false,
+                ),
+                None => (true, format!("in the pod ({})", seen.shown_by), false),
+            },
         },
     };
     let log = match facts {
         Ok(Some(f)) => match f.of(name).map(|s| (&s.absent, s.shown_by)) {
             Some((Some(absent), _)) if !guess => Some(format!("skipping the {name} sidecar: {absent}")),
+            Some((None, _)) if f.of(name).is_some_and(|s| s.unproven.is_some()) => Some(format!(
+                "taking the {name} sidecar as a regular container, and quitting it: {}",
+                f.of(name).and_then(|s| s.unproven.as_deref()).unwrap_or("")
+            )),
             Some((None, by)) if guess => Some(format!("found the {name} sidecar ({by})")),
             _ => None,
         },

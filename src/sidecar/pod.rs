@@ -10,8 +10,9 @@
 //! ambient mode, Vault's `agent-pre-populate-only`; Dapr's mark is a label,
 //! and where no labels are mounted its opt-in stands in, by the loosest of
 //! its versions' readings); whether that sidecar is native (`istio-proxy`
-//! among the Istio status's `initContainers`; Linkerd's and Dapr's per-pod
-//! switch, native only when every version of the injector reads it so);
+//! among the Istio status's `initContainers`; Linkerd's per-pod switch, as
+//! the injector version its `linkerd.io/created-by` shows reads it; never
+//! Dapr's, whose injector writes no version: native only where proven);
 //! and the ports the pod's annotations moved. The kubelet stops a native
 //! sidecar itself, so quitting it would only make the kubelet restart it.
 //!
@@ -42,6 +43,9 @@ pub struct Seen {
     pub absent: Option<String>,
     /// It runs as a native sidecar (a restartable init container).
     pub native: bool,
+    /// Why a native switch the pod sets is not taken as native (no
+    /// injector version on the pod that reads it): it is quit.
+    pub unproven: Option<String>,
     /// The key that showed it in the pod: the injector's mark, or Dapr's
     /// opt-in where no labels are mounted.
     pub shown_by: &'static str,
@@ -199,7 +203,10 @@ pub fn facts(annotations: &BTreeMap<String, String>, labels: Option<&BTreeMap<St
     for (mesh, seen) in meshes::MARKED.iter().zip(facts.seen.iter_mut()) {
         seen.shown_by = mesh.mark.as_ref().map_or("", |m| m.key.name);
         (seen.ready_port, seen.quit_port) = mesh.moved_ports(&get);
-        seen.native = mesh.native_everywhere(&get);
+        // Native only where proven (the pod shows an injector version that
+        // reads the switch): otherwise a regular container, and quit.
+        seen.native = mesh.native_proven(&get);
+        seen.unproven = mesh.native_unproven(&get);
         seen.absent = absent(mesh, &get, labels.is_some());
         if seen.absent.is_none() && mesh.mark.as_ref().is_some_and(|m| get(m.key).is_none()) {
             // Shown by its opt-in: Dapr without a labels file.
@@ -211,7 +218,10 @@ pub fn facts(annotations: &BTreeMap<String, String>, labels: Option<&BTreeMap<St
     let istio = &mut facts.seen[0];
     if let (None, Some(status)) = (&istio.absent, annotations.get(istio.shown_by)) {
         match json::string_array(status, "initContainers") {
-            Ok(init) => istio.native = init.iter().any(|c| c == meshes::ISTIO.proxy),
+            Ok(init) => {
+                istio.native = init.iter().any(|c| c == meshes::ISTIO.proxy);
+                istio.unproven = None;
+            }
             Err(why) => {
                 istio.native = false;
                 facts.warnings.push(format!(
@@ -528,20 +538,31 @@ sidecar.istio.io/status="{\"initContainers\":[\"istio-init\",\"istio-proxy\"],\"
     }
 
     #[test]
-    fn linkerd_is_native_only_where_every_version_reads_its_keys_native() {
+    fn linkerd_is_native_only_where_its_injectors_version_reads_the_key() {
         let all = "config.linkerd.io/proxy-enable-native-sidecar=\"true\"\n\
                    config.beta.linkerd.io/proxy-enable-native-sidecar=\"true\"\n\
                    config.alpha.linkerd.io/proxy-enable-native-sidecar=\"true\"";
-        assert!(read(all).seen[1].native);
-        assert!(read("config.alpha.linkerd.io/proxy-enable-native-sidecar=\"t\"").seen[1].native);
-        let stable_false = "config.linkerd.io/proxy-enable-native-sidecar=\"false\"\n\
+        let by = |version: &str| format!("linkerd.io/created-by=\"linkerd/proxy-injector {version}\"\n{all}");
+        assert!(read(&by("edge-26.8.3")).seen[1].native);
+        let old = read(&by("stable-2.14.10"));
+        assert!(!old.seen[1].native, "2.14 reads no native key");
+        assert!(old.seen[1].unproven.as_deref().unwrap().contains("stable-2.14.10"));
+        assert!(!read(all).seen[1].native, "no injector version on the pod");
+        let alpha_t = "linkerd.io/created-by=\"linkerd/proxy-injector edge-24.2.4\"\n\
+                       config.alpha.linkerd.io/proxy-enable-native-sidecar=\"t\"";
+        assert!(read(alpha_t).seen[1].native, "2.15 reads the alpha key with ParseBool");
+        let stable_false = "linkerd.io/created-by=\"linkerd/proxy-injector edge-26.8.3\"\n\
+                            config.linkerd.io/proxy-enable-native-sidecar=\"false\"\n\
                             config.alpha.linkerd.io/proxy-enable-native-sidecar=\"true\"";
         assert!(!read(stable_false).seen[1].native, "2.20 reads the stable key first");
+        let dapr = read("dapr.io/enable-native-sidecar=\"yes\"");
+        assert!(!dapr.seen[3].native, "Dapr writes no version: never proven");
+        assert!(dapr.seen[3].unproven.is_some());
         assert!(
-            read("dapr.io/enable-native-sidecar=\"yes\"").seen[3].native,
-            "Dapr's IsTruthy"
+            read("dapr.io/enable-native-sidecar=\"nope\"").seen[3]
+                .unproven
+                .is_none()
         );
-        assert!(!read("dapr.io/enable-native-sidecar=\"nope\"").seen[3].native);
     }
 
     #[test]
