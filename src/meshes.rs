@@ -715,13 +715,12 @@ impl Mesh {
         let version = prefixes.iter().find_map(|p| value.strip_prefix(p))?.trim();
         let rule = since
             .iter()
-            .filter(|s| {
+            .rfind(|s| {
                 version
                     .strip_prefix(s.channel)
                     .and_then(release)
                     .is_some_and(|v| v >= s.from)
-            })
-            .next_back()?
+            })?
             .rule;
         self.native.get(rule)
     }
