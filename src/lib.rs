@@ -94,18 +94,27 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> u8 {
 /// the readiness wait and the spawn need none, so a start does not pay for
 /// one before the command runs.
 fn on_runtime(work: impl Future<Output = u8>) -> std::io::Result<u8> {
+    Ok(run_on(runtime()?, work))
+}
+
+/// The one current-thread runtime.
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     // Blocking threads run only host-name lookups of quit URLs, one at a
     // time per URL (see `sidecar::http`); the cap bounds them even if a
     // resolver hangs.
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .max_blocking_threads(4)
-        .build()?;
+        .build()
+}
+
+/// Runs `work` to its end on `runtime`, then drops it without waiting.
+fn run_on(runtime: tokio::runtime::Runtime, work: impl Future<Output = u8>) -> u8 {
     let code = runtime.block_on(work);
     // Not a plain drop, which waits for every blocking thread: a host-name
     // lookup stuck in a silent resolver would hold meshwrap's exit.
     runtime.shutdown_background();
-    Ok(code)
+    code
 }
 
 fn internal_error(what: &str, error: std::io::Error) -> u8 {
@@ -124,7 +133,7 @@ pub fn run(config: &Config, signals: &mut Signals) -> u8 {
         config.auto,
     );
     if let Err(line) = exec_allowed(config, &plan) {
-        return refused(config, &plan, &line);
+        return refused(config, &plan, &line, signals);
     }
     let mut hold = match &config.guard_dir {
         Some(dir) => match Hold::take(dir, config.quit_policy) {
@@ -133,7 +142,7 @@ pub fn run(config: &Config, signals: &mut Signals) -> u8 {
             // this sidecar: a quit now would cut its mesh mid-run, and it
             // quits the sidecar itself when it ends.
             Err(refusal) if refusal.held_by_another => return refused_beside_a_holder(config, &refusal.line),
-            Err(refusal) => return refused(config, &plan, &refusal.line),
+            Err(refusal) => return refused(config, &plan, &refusal.line, signals),
         },
         None => None,
     };
@@ -142,11 +151,7 @@ pub fn run(config: &Config, signals: &mut Signals) -> u8 {
         Err((code, once)) => {
             // The command must not run; the sidecars are quit first, as the
             // policy says, so the pod can still complete.
-            let quit = async {
-                quit_sidecars(config, &plan.quit, code, (false, once), &mut hold).await;
-                code
-            };
-            return on_runtime(quit).unwrap_or_else(|e| internal_error("cannot start the runtime", e));
+            return quit_and_exit(config, &plan.quit, (code, once), signals, &mut hold);
         }
     };
     if config.exec {
@@ -167,6 +172,10 @@ pub fn run(config: &Config, signals: &mut Signals) -> u8 {
     let started = Instant::now();
     let child = spawn_command(config);
     drop(connections);
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(e) => return without_runtime(config, &plan, (child, started), signals, (seen_ready, &mut hold), e),
+    };
     let rest = async {
         let code = match &child {
             Ok(child) => supervise_command(config, child, signals, started).await,
@@ -178,14 +187,69 @@ pub fn run(config: &Config, signals: &mut Signals) -> u8 {
         quit_sidecars(config, &plan.quit, code, (seen_ready, false), &mut hold).await;
         code
     };
-    match on_runtime(rest) {
-        Ok(code) => code,
-        Err(e) => {
-            // Nothing could supervise the command: it goes, with meshwrap.
-            if let Ok(child) = &child {
-                child.kill_now();
-            }
-            internal_error("cannot start the runtime; stopped the command", e)
+    run_on(runtime, rest)
+}
+
+/// The runtime could not be made after the spawn (EMFILE or ENFILE for its
+/// epoll and eventfd, ENOMEM): the command is not killed. It is supervised
+/// without the runtime (signals forwarded, zombies reaped, in a blocking
+/// `ppoll` loop), the sidecars are quit as the policy says with blocking
+/// requests (after the signalfd is closed, to free a descriptor for them),
+/// and the failure goes to the log and the termination log. The command's
+/// status stands. `--quit-delay` is not waited for here.
+fn without_runtime(
+    config: &Config,
+    plan: &sidecar::Plan,
+    (child, started): (Result<supervise::Child, u8>, Instant),
+    signals: &mut Signals,
+    (seen_ready, hold): (bool, &mut Option<Hold>),
+    error: std::io::Error,
+) -> u8 {
+    log!(
+        Error,
+        "cannot start the runtime; supervising the command without it",
+        error = &error.to_string()
+    );
+    let code = match &child {
+        Ok(child) => {
+            let status = child.supervise_blocking(config.forward_to, signals);
+            log!(
+                Info,
+                "command ended",
+                status = &status.describe(),
+                code = status.exit_code(),
+                ms = started.elapsed().as_millis()
+            );
+            status.exit_code()
+        }
+        Err(code) => *code,
+    };
+    // The signalfd's descriptor goes first: at RLIMIT_NOFILE, the
+    // termination log and the quit each need one.
+    signals.close();
+    terminated(
+        config,
+        &format!("cannot start the runtime ({error}); the command ran without it and exited {code}"),
+    );
+    quit_blocking(config, &plan.quit, (code, seen_ready), signals, hold);
+    code
+}
+
+/// The quit without a runtime, as the policy says for `code`: the signalfd
+/// is closed first, so a process at its RLIMIT_NOFILE has a descriptor for
+/// the request.
+fn quit_blocking(
+    config: &Config,
+    quit: &[sidecar::quit::Target],
+    (code, seen_ready): (u8, bool),
+    signals: &mut Signals,
+    hold: &mut Option<Hold>,
+) {
+    signals.close();
+    if quit_due(config, quit, code, hold) {
+        sidecar::quit::quit_all_blocking(quit, config.quit_timeout, config.request_timeout, seen_ready);
+        if let Some(hold) = hold {
+            hold.done(Some(code), Quit::Sent);
         }
     }
 }
@@ -194,14 +258,38 @@ pub fn run(config: &Config, signals: &mut Signals) -> u8 {
 /// `--guard-dir` it cannot take): the line on stderr and in the termination
 /// log, and the quit as the policy says for exit 125, since a sidecar may
 /// be running that nothing else will quit. The command never runs.
-fn refused(config: &Config, plan: &sidecar::Plan, line: &str) -> u8 {
+fn refused(config: &Config, plan: &sidecar::Plan, line: &str, signals: &mut Signals) -> u8 {
     log::stderr_line(&format!("meshwrap: {line}"));
     terminated(config, line);
-    let quit = async {
-        quit_sidecars(config, &plan.quit, EXIT_MESHWRAP_FAILED, (false, false), &mut None).await;
-        EXIT_MESHWRAP_FAILED
+    quit_and_exit(config, &plan.quit, (EXIT_MESHWRAP_FAILED, false), signals, &mut None)
+}
+
+/// The quit of a run whose command never ran, then its exit `code`: on the
+/// runtime, or, where none can be made, with blocking requests (the failure
+/// logged and in the termination log), so the sidecar is still quit.
+fn quit_and_exit(
+    config: &Config,
+    quit: &[sidecar::quit::Target],
+    (code, once): (u8, bool),
+    signals: &mut Signals,
+    hold: &mut Option<Hold>,
+) -> u8 {
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            let line = format!("cannot start the runtime ({e}); quitting the sidecar without it");
+            log!(Error, &*line);
+            signals.close();
+            terminated(config, &line);
+            quit_blocking(config, quit, (code, false), signals, hold);
+            return code;
+        }
     };
-    on_runtime(quit).unwrap_or_else(|e| internal_error("cannot start the runtime", e))
+    let work = async {
+        quit_sidecars(config, quit, code, (false, once), hold).await;
+        code
+    };
+    run_on(runtime, work)
 }
 
 /// A `--guard-dir` another live meshwrap holds: the line on stderr and in
@@ -417,6 +505,29 @@ fn guard_failed(dir: &std::path::Path, error: std::io::Error) -> u8 {
     EXIT_MESHWRAP_FAILED
 }
 
+/// Whether the sidecars are to be quit after a run that ended with `code`
+/// (logged either way), recorded for the guard: `quitting`, or `done` with
+/// the quit skipped.
+fn quit_due(config: &Config, quit: &[sidecar::quit::Target], code: u8, hold: &mut Option<Hold>) -> bool {
+    let skipped = if let Some(why) = quit_skipped_because(config, code) {
+        log!(Info, format!("not quitting the sidecar: {why}"));
+        true
+    } else if quit.is_empty() {
+        log!(Info, "no quit URL; no sidecar to quit");
+        true
+    } else {
+        false
+    };
+    if let Some(hold) = hold.as_mut() {
+        if skipped {
+            hold.done(Some(code), Quit::Skipped);
+        } else {
+            hold.quitting(code);
+        }
+    }
+    !skipped
+}
+
 /// Whether a quit will be sent (the policy allows it and there is a URL).
 fn quitting(config: &Config, quit: &[sidecar::quit::Target], code: u8) -> bool {
     !quit.is_empty() && quit_skipped_because(config, code).is_none()
@@ -483,7 +594,7 @@ fn wait_for_sidecars(
     loop {
         let progress = started + progress_after(said);
         let until = deadline.map_or(progress, |deadline| deadline.min(progress));
-        match wait.run(board, until, signals.fd()) {
+        match wait.run(board, until, signals.poll_fd()) {
             Woke::Ready(polls) => {
                 log!(
                     Info,
@@ -606,23 +717,8 @@ async fn quit_sidecars(
     (seen_ready, once): (bool, bool),
     hold: &mut Option<Hold>,
 ) {
-    let skipped = if let Some(why) = quit_skipped_because(config, code) {
-        log!(Info, format!("not quitting the sidecar: {why}"));
-        true
-    } else if quit.is_empty() {
-        log!(Info, "no quit URL; no sidecar to quit");
-        true
-    } else {
-        false
-    };
-    if skipped {
-        if let Some(hold) = hold {
-            hold.done(Some(code), Quit::Skipped);
-        }
+    if !quit_due(config, quit, code, hold) {
         return;
-    }
-    if let Some(hold) = hold.as_mut() {
-        hold.quitting(code);
     }
     sidecar::quit::quit_all(
         quit,

@@ -212,3 +212,64 @@ fn a_process_limit_that_passes_is_retried_and_the_command_runs() {
     cgroup.set_max(16);
     running.finish().assert_code(3).assert_stderr_has("command started");
 }
+
+/// meshwrap with `args` under RLIMIT_NOFILE 4: stdio and the signalfd take
+/// all four descriptors, so the runtime (an epoll and an eventfd, made
+/// after the spawn) cannot be made.
+fn at_four_descriptors(args: &[String]) -> Meshwrap {
+    let mut mw = Meshwrap::program("/bin/sh");
+    mw.args(["-c", "ulimit -n 4 && exec \"$0\" \"$@\""])
+        .arg(crate::support::command::meshwrap_bin())
+        .args(args);
+    mw
+}
+
+#[test]
+fn a_runtime_that_cannot_be_made_after_the_spawn_leaves_the_command_running_and_still_quits() {
+    let sidecar = FakeSidecar::ready();
+    let termination = tempdir().join("termination-log");
+    std::fs::write(&termination, "").unwrap();
+    let mut args = vec!["--no-wait".to_string(), "--quit-url".into(), sidecar.quit_url()];
+    args.extend(["--termination-log".into(), termination.to_string_lossy().into_owned()]);
+    args.extend(["--", "sh", "-c", "echo started; read line; echo finished; exit 3"].map(String::from));
+    let mut running = at_four_descriptors(&args).spawn();
+    running.wait_stdout("started");
+    running.close_stdin();
+    let run = running.finish();
+    run.assert_code(3)
+        .assert_stderr_has("cannot start the runtime; supervising the command without it")
+        .assert_stderr_has("sidecar quit url=");
+    run.check(run.stdout.contains("finished"), "the command ran to its end");
+    assert_eq!(sidecar.accepted_quits(), 1);
+    let message = std::fs::read_to_string(&termination).unwrap();
+    assert!(
+        message.contains("cannot start the runtime"),
+        "termination log: {message:?}"
+    );
+}
+
+#[test]
+fn without_the_runtime_signals_are_still_forwarded() {
+    let sidecar = FakeSidecar::ready();
+    let mut args = vec!["--no-wait".to_string(), "--quit-url".into(), sidecar.quit_url()];
+    args.extend(["--", "sh", "-c", "echo started; exec sleep 60"].map(String::from));
+    let mut running = at_four_descriptors(&args).spawn();
+    running.wait_stdout("started");
+    running.wait_stderr("supervising the command without it");
+    running.signal(libc::SIGTERM);
+    running.finish().assert_code(143).assert_stderr_has("sidecar quit url=");
+    assert_eq!(sidecar.accepted_quits(), 1);
+}
+
+#[test]
+fn a_refusal_without_a_runtime_still_quits() {
+    let sidecar = FakeSidecar::ready();
+    let args = ["--exec", "--no-wait", "--quit-url", &sidecar.quit_url(), "--", "true"].map(String::from);
+    at_four_descriptors(&args)
+        .run()
+        .assert_code(125)
+        .assert_stderr_has("--exec: meshwrap would have to stay")
+        .assert_stderr_has("cannot start the runtime")
+        .assert_stderr_has("sidecar quit url=");
+    assert_eq!(sidecar.accepted_quits(), 1);
+}

@@ -358,6 +358,73 @@ impl Addresses {
     }
 }
 
+/// One request on a new blocking connection, for the quit when no runtime
+/// could be made (`sidecar::quit::quit_all_blocking`). The failures fall on
+/// the same sides of "sent in full" as [`Client::request`]'s.
+pub fn request_blocking(
+    endpoint: &Endpoint,
+    method: Method,
+    connect_timeout: Duration,
+    answer_within: Duration,
+) -> Result<u16, Failure> {
+    use std::io::{Read, Write};
+    let unsent = |why| Failure::Unsent(Box::new(why));
+    let addrs: Vec<SocketAddr> = match &endpoint.host {
+        Host::Ip(ip) => vec![SocketAddr::new(*ip, endpoint.port)],
+        Host::Name(name) => std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), endpoint.port))
+            .map_err(|e| unsent(Failure::Io(e)))?
+            .collect(),
+    };
+    // A zero timeout is refused by std; a millisecond is the least bound.
+    let at_least = |d: Duration| d.max(Duration::from_millis(1));
+    let mut last = Failure::Refused;
+    let mut stream = None;
+    for addr in addrs {
+        match std::net::TcpStream::connect_timeout(&addr, at_least(connect_timeout)) {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(e) => last = e.into(),
+        }
+    }
+    let mut stream = stream.ok_or_else(|| unsent(last))?;
+    let deadline = std::time::Instant::now() + answer_within;
+    stream
+        .set_write_timeout(Some(at_least(answer_within)))
+        .map_err(|e| unsent(e.into()))?;
+    stream
+        .write_all(&endpoint.request(method))
+        .map_err(|e| unsent(e.into()))?;
+    let mut buf = Vec::new();
+    loop {
+        if let Some(head) = parse_head(&buf)? {
+            if head.interim() {
+                buf.drain(..head.len);
+                continue;
+            }
+            return Ok(head.status);
+        }
+        if buf.len() >= MAX_HEAD {
+            return Err(Failure::Garbage(format!("a response head over {MAX_HEAD} bytes")));
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return Err(Failure::Unanswered);
+        }
+        let mut chunk = [0u8; 1024];
+        match stream.read(&mut chunk) {
+            Ok(0) => return Err(Failure::Closed),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                return Err(Failure::Unanswered);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// `exchange`, or `TimedOut` once `timeout` has passed.
 async fn within<T>(timeout: Duration, exchange: impl Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
     tokio::time::timeout(timeout, exchange)

@@ -148,6 +148,9 @@ async fn quit_one(
     };
     let mut backoff = RETRY_FIRST;
     let mut client = http::Client::new(&target.endpoint);
+    // The last "not handled" status, for the error if the budget ends in
+    // the request after it.
+    let mut not_handled = None;
     loop {
         attempt.number += 1;
         let remaining = deadline.saturating_duration_since(Instant::now());
@@ -155,13 +158,16 @@ async fn quit_one(
         let result = client.request(Method::POST, connect, remaining).await;
         let ms = started.elapsed().as_millis();
         let why = match verdict(target, &result, &attempt) {
-            Verdict::Settled(outcome) => return settle(target, &result, outcome, &attempt, ms),
+            Verdict::Settled(outcome) => return last_word(target, &result, outcome, &attempt, (ms, not_handled)),
             Verdict::WatchPort => match closed_unanswered(&target.endpoint, deadline, started).await {
                 Some(outcome) => return outcome,
                 None => "the sidecar closed the connection without answering and still listens".to_string(),
             },
             Verdict::Again(why) => why,
         };
+        if let Ok(status) = result {
+            not_handled = Some(status);
+        }
         if once && matches!(result, Err(Failure::Unsent(_))) {
             log!(
                 Warn,
@@ -181,6 +187,62 @@ async fn quit_one(
             log!(Info, "quit not taken, sending it again", url = url, reason = &why);
         }
         tokio::time::sleep(backoff.min(remaining)).await;
+        backoff = (backoff * 2).min(RETRY_MAX);
+    }
+}
+
+/// The quit when no runtime could be made (`lib.rs`, `without_runtime`):
+/// each URL in turn, by the same contract ([`verdict`]), on blocking
+/// sockets, within `budget` in all. Slower with several URLs (one after the
+/// other), and a close is followed by looks at a loopback port only; but
+/// the quit goes out.
+pub fn quit_all_blocking(targets: &[Target], budget: Duration, request_timeout: Duration, seen_ready: bool) {
+    let deadline = std::time::Instant::now() + budget;
+    for target in targets {
+        quit_one_blocking(target, budget, deadline, request_timeout, seen_ready);
+    }
+}
+
+fn quit_one_blocking(
+    target: &Target,
+    budget: Duration,
+    deadline: std::time::Instant,
+    request_timeout: Duration,
+    seen_ready: bool,
+) -> Outcome {
+    let url = target.endpoint.url.as_str();
+    let started = std::time::Instant::now();
+    let mut attempt = Attempt {
+        number: 0,
+        seen_ready,
+        budget,
+    };
+    let mut backoff = RETRY_FIRST;
+    let left = || deadline.saturating_duration_since(std::time::Instant::now());
+    loop {
+        attempt.number += 1;
+        let connect = connect_bound(request_timeout, left(), attempt.number);
+        let result = http::request_blocking(&target.endpoint, Method::POST, connect, left());
+        let ms = started.elapsed().as_millis();
+        let why = match verdict(target, &result, &attempt) {
+            Verdict::Settled(outcome) => return settle(target, &result, outcome, &attempt, ms),
+            Verdict::WatchPort => {
+                let grace_end = std::time::Instant::now() + GRACE.min(left());
+                while std::time::Instant::now() < grace_end {
+                    if super::probe::refuses(&target.endpoint) {
+                        return settle(target, &result, Outcome::ClosedAsItExited, &attempt, ms);
+                    }
+                    std::thread::sleep(RETRY_FIRST);
+                }
+                "the sidecar closed the connection without answering and still listens".to_string()
+            }
+            Verdict::Again(why) => why,
+        };
+        if left().is_zero() {
+            return out_of_time(url, &result, &why, &attempt, started.elapsed().as_millis());
+        }
+        log!(Info, "quit not taken, sending it again", url = url, reason = &why);
+        std::thread::sleep(backoff.min(left()));
         backoff = (backoff * 2).min(RETRY_MAX);
     }
 }
@@ -225,6 +287,22 @@ fn verdict(target: &Target, result: &Result<u16, Failure>, attempt: &Attempt) ->
         // would race it. Awaited, not resent.
         Err(Failure::Unanswered) => Verdict::Settled(Outcome::Unanswered),
         Err(Failure::Garbage(_) | Failure::Refused | Failure::TimedOut) => Verdict::Settled(Outcome::Rejected),
+    }
+}
+
+/// How a settled quit ended: a budget that ran out in the request after a
+/// "not handled" answer is that answer's error (the sidecar never took a
+/// quit); anything else as [`settle`] logs it.
+fn last_word(
+    target: &Target,
+    result: &Result<u16, Failure>,
+    outcome: Outcome,
+    attempt: &Attempt,
+    (ms, not_handled): (u128, Option<u16>),
+) -> Outcome {
+    match (&outcome, not_handled) {
+        (Outcome::Unanswered, Some(status)) => out_of_time(&target.endpoint.url, &Ok(status), "", attempt, ms),
+        _ => settle(target, result, outcome, attempt, ms),
     }
 }
 

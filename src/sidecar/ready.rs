@@ -46,7 +46,7 @@
 //! chose the numbers from the same trade-off plot as the fast profile's.
 
 use std::cell::{Cell, RefCell};
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use super::http::{Endpoint, Failure};
@@ -301,7 +301,7 @@ impl<'e> Wait<'e> {
 
     /// Polls until every URL has answered 2xx once, `until` comes, or
     /// `wake` turns readable; may be called again after the last two.
-    pub fn run(&mut self, board: &Board, until: Instant, wake: BorrowedFd<'_>) -> Woke {
+    pub fn run(&mut self, board: &Board, until: Instant, wake: RawFd) -> Woke {
         loop {
             if self.urls.iter().all(|u| u.ready) {
                 return Woke::Ready(self.urls.iter().map(|u| u.polls).sum());
@@ -317,7 +317,7 @@ impl<'e> Wait<'e> {
                 continue;
             }
             let next = self.urls.iter().filter_map(Url::next_event).fold(until, Instant::min);
-            self.fill(wake.as_raw_fd());
+            self.fill(wake);
             sleep_on(&mut self.fds, next.saturating_duration_since(now));
             if self.fds[0].revents != 0 {
                 return Woke::Readable;

@@ -1,7 +1,8 @@
 //! The PID-1 machinery: spawn the command, forward signals to it, reap every
 //! zombie, and turn the command's end into an exit code.
 //!
-//! Everything runs on one thread (a current-thread runtime), which is what
+//! Everything runs on one thread (a current-thread runtime, or, where none
+//! can be made, `Child::supervise_blocking`'s `ppoll` loop), which is what
 //! makes the following races impossible rather than unlikely:
 //! - **Lost signals.** The forwarded signals are blocked before the runtime
 //!   starts (see `signals`); one that arrives between the spawn and the first
@@ -88,6 +89,30 @@ impl Child {
         }
     }
 
+    /// [`Child::supervise`] without a runtime, for when none could be made
+    /// after the spawn: the same reap-first loop, sleeping in `ppoll` on
+    /// the signalfd. (A stop by the terminal is handled the same way.)
+    pub fn supervise_blocking(&self, forward_to: ForwardTo, signals: &mut Signals) -> Status {
+        loop {
+            let (found, orphans) = reaper::reap(Some(self.pid));
+            if orphans > 0 {
+                log!(Debug, "reaped orphaned processes", count = orphans);
+            }
+            match found {
+                Some(Watched::Ended(raw)) => return Status::from_wait(raw),
+                Some(Watched::Stopped(sig)) => self.stopped(sig),
+                None => {}
+            }
+            loop {
+                match signals.try_recv() {
+                    Some(libc::SIGCHLD) => break,
+                    Some(sig) => self.forward(sig, forward_to),
+                    None => signals::sleep_until_readable(signals.poll_fd()),
+                }
+            }
+        }
+    }
+
     /// The command was stopped. By its terminal (SIGTSTP, SIGTTIN,
     /// SIGTTOU), it is part of a job whose shell waits on meshwrap, not on
     /// it: meshwrap stops too, so the shell sees the job stopped, and once
@@ -124,17 +149,6 @@ impl Child {
         // SAFETY: kill takes plain integers; the group is the command's own.
         unsafe { libc::kill(-self.pid, libc::SIGCONT) };
         log!(Info, "the command was continued");
-    }
-
-    /// Kills the command's process group and reaps the command: for when
-    /// nothing could supervise it (meshwrap cannot go on).
-    pub fn kill_now(&self) {
-        // SAFETY: kill and waitpid take plain integers and a null status
-        // pointer; the pid is our unreaped child's, so its group is its own.
-        unsafe {
-            libc::kill(-self.pid, libc::SIGKILL);
-            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
-        }
     }
 
     fn forward(&self, sig: libc::c_int, forward_to: ForwardTo) {

@@ -1,7 +1,6 @@
-//! The reaper: the one place in meshwrap that waits for any child. (Two
-//! others wait for one known pid, when no pass runs: the spawn, for its
-//! child whose exec failed, and `Child::kill_now`, for the command it kills
-//! when nothing could supervise it.)
+//! The reaper: the one place in meshwrap that waits for any child. (One
+//! other waits for one known pid, when no pass runs: the spawn, for its
+//! child whose exec failed.)
 //!
 //! As PID 1 meshwrap inherits every orphan in its PID namespace; otherwise it
 //! asks to become a child subreaper so the command's orphans come to it

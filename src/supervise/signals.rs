@@ -133,7 +133,8 @@ pub struct Signals {
     /// before the descriptor closes. One runtime per process: a registration
     /// outlives none.
     registered: Option<AsyncFd<Raw>>,
-    fd: OwnedFd,
+    /// None once [`Signals::close`] gave its descriptor back.
+    fd: Option<OwnedFd>,
     /// Signals read but not yet handed out (one read may return several).
     pending: VecDeque<c_int>,
     /// meshwrap's pid, the sender the kernel names for signals it raises for us.
@@ -171,7 +172,7 @@ impl Signals {
         Ok(Signals {
             registered: None,
             // SAFETY: signalfd returned a new descriptor that nothing else owns.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd: Some(unsafe { OwnedFd::from_raw_fd(fd) }),
             pending: VecDeque::new(),
             me: std::process::id(),
         })
@@ -184,7 +185,7 @@ impl Signals {
                 return sig;
             }
             if self.registered.is_none() {
-                let raw = Raw(self.fd.as_raw_fd());
+                let raw = Raw(self.raw_fd());
                 // SAFETY: `fd` stays open, and the same descriptor, for as
                 // long as the registration exists: it is dropped first.
                 match unsafe { AsyncFd::register_with_interest(raw, Interest::READABLE) } {
@@ -209,15 +210,23 @@ impl Signals {
     pub fn try_recv(&mut self) -> Option<c_int> {
         if self.pending.is_empty() {
             // WouldBlock when none is queued; a signalfd read cannot fail otherwise.
-            let _ = read_signals(self.fd.as_raw_fd(), self.me, &mut self.pending);
+            let _ = read_signals(self.raw_fd(), self.me, &mut self.pending);
         }
         self.pending.pop_front()
     }
 
-    /// The signalfd, readable while a signal is queued.
-    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        use std::os::fd::AsFd;
-        self.fd.as_fd()
+    /// The signalfd, readable while a signal is queued; -1 once closed
+    /// (`poll` ignores it, a read fails with EBADF and yields nothing).
+    pub fn poll_fd(&self) -> c_int {
+        self.raw_fd()
+    }
+
+    /// Gives the signalfd's descriptor back, for a process at its
+    /// RLIMIT_NOFILE that needs one for its last request (the quit without
+    /// a runtime). Signals stay blocked: from here on they are not read.
+    pub fn close(&mut self) {
+        self.registered = None;
+        self.fd = None;
     }
 }
 
@@ -232,9 +241,10 @@ impl Signals {
             .collect()
     }
 
-    /// The signalfd, for the last drain just before an exec (see `spawn::exec`).
+    /// The signalfd (-1 once closed), for the readiness wait's poll and
+    /// the last drain just before an exec (see `spawn::exec`).
     pub(super) fn raw_fd(&self) -> c_int {
-        self.fd.as_raw_fd()
+        self.fd.as_ref().map_or(-1, AsRawFd::as_raw_fd)
     }
 }
 
@@ -259,6 +269,23 @@ pub(super) fn termination_queued(fd: c_int) -> Option<c_int> {
             }
         }
     }
+}
+
+/// Sleeps until `fd` (the signalfd) is readable: the blocking supervisor's
+/// wait. A descriptor of -1 (closed) is never readable, so the sleep is
+/// bounded to a second then, and an interrupted or failed `ppoll` returns
+/// at once (the caller reads, finds nothing, and sleeps again).
+pub fn sleep_until_readable(fd: c_int) {
+    let mut fds = [libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    let second = libc::timespec { tv_sec: 1, tv_nsec: 0 };
+    let timeout = if fd < 0 { &raw const second } else { std::ptr::null() };
+    // SAFETY: `fds` is valid for reads and writes of its length; the
+    // timeout, when given, points at a live timespec; no mask is passed.
+    unsafe { libc::ppoll(fds.as_mut_ptr(), 1, timeout, std::ptr::null()) };
 }
 
 /// Reads every queued signal into `into`; WouldBlock when none is left.
