@@ -346,15 +346,17 @@ fn service_account(c: &Common) -> Value {
     })
 }
 
-/// What posting Events needs: `create` and `patch` on events, in the core
-/// group (the API the webhook's client writes) and events.k8s.io (the same
-/// objects through the newer API), and nothing else.
+/// What posting Events needs: `create` and `patch` on events in
+/// events.k8s.io, the only API the poster writes (`/apis/events.k8s.io/v1`,
+/// webhook/events.rs), and nothing else. RBAC is per API group: a grant on
+/// the core group (`""`) would never be used, and would only widen what a
+/// stolen token could write.
 fn events_rbac(c: &Common) -> [Value; 2] {
     let meta = json!({"name": EVENTS_ROLE, "labels": c.labels});
     [
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta,
-            "rules": [{"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]
+            "rules": [{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]
         }),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta,

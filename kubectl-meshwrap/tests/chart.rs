@@ -657,6 +657,48 @@ fn the_servers_load_limits_reach_the_webhook_only_where_set() {
     }
 }
 
+/// Evictions the PodDisruptionBudget allows with every replica ready, as
+/// the disruption controller counts them for an integer minAvailable
+/// (kubernetes pkg/controller/disruption: currentHealthy - desiredHealthy).
+fn disruptions_allowed(replicas: i64, pdb: &Value) -> i64 {
+    replicas - pdb["spec"]["minAvailable"].as_i64().expect("an integer minAvailable")
+}
+
+#[test]
+fn the_disruption_budget_never_blocks_a_drain_and_one_replica_renders_none() {
+    if !helm_ready() {
+        return;
+    }
+    let with = |patch: Value| {
+        let mut v = values("default");
+        json_patch::merge(&mut v, &patch);
+        v
+    };
+    let pdb = |objects: &[Value]| objects.iter().find(|o| o["kind"] == "PodDisruptionBudget").cloned();
+    // One replica: minAvailable 1 would allow no eviction ever (drains and
+    // node upgrades hang), so there is no budget.
+    let (one, _) = render(&with(json!({"webhook": {"replicas": 1}})), "meshwrap-system", None).unwrap();
+    let deployment = one.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert_eq!(pdb(&one), None, "one replica: no PodDisruptionBudget");
+    // The defaults (two) and the operations values (three, minAvailable 2)
+    // each allow one eviction at a time.
+    for (values, replicas) in [(values("default"), 2), (values("operations"), 3)] {
+        let (objects, _) = render(&values, "meshwrap-system", None).unwrap();
+        let budget = pdb(&objects).expect("a PodDisruptionBudget with more than one replica");
+        assert_eq!(disruptions_allowed(replicas, &budget), 1, "{budget}");
+    }
+    // A minAvailable that allows none is refused with the values named.
+    for min in [json!(3), json!("100%")] {
+        let values = with(json!({"webhook": {"replicas": 3, "podDisruptionBudget": {"minAvailable": min}}}));
+        let error = render(&values, "meshwrap-system", None).unwrap_err();
+        assert!(
+            error.contains("webhook.podDisruptionBudget.minAvailable") && error.contains("webhook.replicas 3"),
+            "{error}"
+        );
+    }
+}
+
 #[test]
 fn self_managed_certificates_are_kept_on_upgrade_and_rotated_on_purpose_without_a_trust_gap() {
     if !helm_ready() {

@@ -576,7 +576,7 @@ fn events_get_create_and_patch_on_events_and_a_token_on_the_webhook_pod_only() {
     assert_eq!(role["metadata"]["name"], "meshwrap-webhook-events");
     assert_eq!(
         role["rules"],
-        json!([{"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}])
+        json!([{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}])
     );
     let binding = by_kind(&docs, "ClusterRoleBinding")[0];
     assert_eq!(
