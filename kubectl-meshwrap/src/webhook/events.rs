@@ -92,8 +92,11 @@ const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 /// Requests to the API server in flight at once, at most, each on its own
 /// HTTP/1.1 connection: at 100 ms an answer, 160 writes a second, twice a
 /// burst of 75 new owners a second (BENCHMARKS.md, events). Bounded, where
-/// client-go's goroutine per event is not: the API server's own default
-/// (`--max-requests-inflight` 400) is shared with every client.
+/// client-go's goroutine per event is not: the API server's budget for
+/// mutating requests in flight (`--max-mutating-requests-inflight`, 200 by
+/// default: kubernetes/apiserver `pkg/server/options/server_run_options.go`)
+/// is shared with every client. Which side: a burst of Events waits in the
+/// cache rather than crowd out the pod creations themselves.
 pub const WRITERS: usize = 16;
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -693,26 +696,26 @@ impl Poster {
     /// out, then every series with unwritten occurrences, once, [`WRITERS`]
     /// at a time, within one request's timeout (3 s at most) in all.
     async fn flush(&mut self) {
-        let timeout = self.clients.first().map_or(LAST_WRITES, Client::timeout);
-        let deadline = Instant::now() + timeout.min(LAST_WRITES);
+        let deadline = Instant::now() + self.access.timeout.min(LAST_WRITES);
+        // The writes out first: their answers say what is left to write.
+        while !self.writes.is_empty() {
+            match tokio::time::timeout_at(deadline, self.writes.join_next()).await {
+                Ok(Some(done)) => self.finished(done),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        // Then each series once (no backoff: the webhook is going).
         let mut left = self.cache.unwritten().into_iter();
-        loop {
+        while Instant::now() < deadline {
             while !self.clients.is_empty()
                 && let Some(key) = left.next()
             {
-                if self.cache.series.get(&key).is_some_and(|s| !s.in_flight) {
-                    self.start(key);
-                }
-            }
-            if self.writes.is_empty() {
-                break;
+                self.start(key);
             }
             match tokio::time::timeout_at(deadline, self.writes.join_next()).await {
                 Ok(Some(done)) => self.finished(done),
                 Ok(None) | Err(_) => break,
             }
-            // A write that failed is not tried again: the webhook is going.
-            self.resume_at = None;
         }
         self.writes.abort_all();
         let lost: u32 = self
@@ -979,6 +982,31 @@ mod tests {
         let (_, due) = cache.observe(owner("a"), SystemTime::now(), H);
         assert_eq!(due, Some(now + H));
         assert_eq!(cache.unwritten().len(), 1);
+    }
+
+    #[test]
+    fn a_series_with_a_request_out_is_not_due_and_its_next_write_carries_what_was_counted_meanwhile() {
+        let mut cache = Cache::new(4);
+        cache.observe(owner("a"), SystemTime::now(), Duration::ZERO);
+        let key = cache.series.keys().next().unwrap().clone();
+        let series = cache.series.get_mut(&key).unwrap();
+        let (method, path, _, _) = request(series, "i");
+        assert_eq!(
+            (method, path.as_str()),
+            (Method::POST, "/apis/events.k8s.io/v1/namespaces/team-a/events")
+        );
+        series.in_flight = true;
+        assert_eq!(cache.soonest(Duration::ZERO), None, "one request at a time per series");
+        // Counted while the create is out; the create carried count 1.
+        let (_, due) = cache.observe(owner("a"), SystemTime::now(), Duration::ZERO);
+        assert_eq!(due, None);
+        let series = cache.series.get_mut(&key).unwrap();
+        (series.in_flight, series.written, series.last_write) = (false, 1, Some(Instant::now()));
+        assert!(series.due(Duration::ZERO).is_some(), "the second occurrence is due");
+        let (method, _, _, body) = request(series, "i");
+        assert_eq!(method, Method::PATCH);
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["series"]["count"], 2);
     }
 
     #[test]

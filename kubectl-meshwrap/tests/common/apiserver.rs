@@ -45,6 +45,8 @@ pub struct Recorded {
     pub body: Value,
     /// The status it was answered with (0: not answered).
     pub status: u16,
+    /// When it had been read whole.
+    pub at: Instant,
 }
 
 impl Recorded {
@@ -206,6 +208,7 @@ fn serve(tcp: TcpStream, config: Arc<rustls::ServerConfig>, shared: &Shared) {
                 headers,
                 body: body.clone(),
                 status: 0,
+                at: Instant::now(),
             });
             shared.changed.notify_all();
             requests.len() - 1
