@@ -853,14 +853,25 @@ fn rotating_the_ca_is_a_separate_step_that_keeps_the_two_previous_cas_trusted() 
     assert_eq!(secret_of(&later)["data"], last.1["data"]);
     assert_eq!(bundle_of(&later), bundle_of(&last.0));
 
-    // A Secret the chart did not make (manifests', cert-manager's), or one
-    // an older chart made without the CA's key: a new CA, the old trusted.
+    // An older chart's Secret (no CA key, no ca-generation): kept whole
+    // while nothing rotates, so the upgrade to this chart changes no trust.
+    let mut older = revisions[0].1.clone();
+    older["data"].as_object_mut().unwrap().remove("ca.key");
+    older["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("meshwrap.io/ca-generation");
+    values["certificates"]["selfManaged"] = json!({});
+    let kept = render_upgrade(&values, Some(&older));
+    assert_eq!(secret_of(&kept)["data"], older["data"]);
+    assert_eq!(pems(&bundle_of(&kept)), [ca1.trim()]);
+    // A Secret the chart did not make (manifests', cert-manager's), or an
+    // older chart's at its next rotation (it cannot sign without the CA's
+    // key): a new CA, the old one trusted.
     let mut foreign = revisions[0].1.clone();
     foreign["metadata"]["annotations"] = json!({});
-    let mut keyless = revisions[0].1.clone();
-    keyless["data"].as_object_mut().unwrap().remove("ca.key");
-    values["certificates"]["selfManaged"] = json!({});
-    for secret in [foreign, keyless] {
+    for (secret, selfmanaged) in [(foreign, json!({})), (older, json!({"generation": 2}))] {
+        values["certificates"]["selfManaged"] = selfmanaged;
         let replaced = render_upgrade(&values, Some(&secret));
         let (bundle, new_ca) = assert_bundle_reaches_the_certificate(&replaced, "meshwrap-system");
         assert_ne!(new_ca, ca1);
