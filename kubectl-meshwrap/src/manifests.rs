@@ -368,7 +368,8 @@ fn service_account(c: &Common) -> Value {
 /// events.k8s.io, the only API the poster writes (`/apis/events.k8s.io/v1`,
 /// webhook/events.rs), and nothing else. RBAC is per API group: a grant on
 /// the core group (`""`) would never be used, and would only widen what a
-/// stolen token could write.
+/// stolen token could write. Which side: no pod depends on the grant (the
+/// events are advisory), so it is the least that lets them be written.
 fn events_rbac(c: &Common) -> [Value; 2] {
     let meta = json!({"name": EVENTS_ROLE, "labels": c.labels});
     [
