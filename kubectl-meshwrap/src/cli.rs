@@ -250,7 +250,7 @@ pub struct Manifests {
     /// Print the Namespace object too (always for the default one): the tool then owns it and labels it PSA restricted
     #[arg(long = "create-namespace", env = "MESHWRAP_CREATE_NAMESPACE")]
     pub create_namespace: bool,
-    /// With --self-signed: the CA the webhook serves with now (PEM, its Secret's ca.crt), trusted beside the new one
+    /// With --self-signed: the CAs trusted now (PEM: 0-meshwrap's caBundle, or the Secret's ca.crt), kept beside the new one
     #[arg(long = "previous-ca", value_name = "FILE", env = "MESHWRAP_PREVIOUS_CA")]
     pub previous_ca: Option<PathBuf>,
     /// A Secret you manage (type kubernetes.io/tls: tls.crt, tls.key) for the webhook to serve with, instead of cert-manager; with --ca-bundle

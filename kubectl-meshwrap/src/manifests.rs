@@ -53,10 +53,14 @@
 //!   PEM certificates and nothing else (the webhook configuration is
 //!   readable cluster-wide, so a private key there would leak);
 //! - rotation never leaves the API server without trust. A second
-//!   `--self-signed` run makes a new CA; `--previous-ca` puts the CA the
-//!   pods serve with now into the caBundle beside the new one, so both the
-//!   old and the new serving certificate verify while the kubelet swaps the
-//!   Secret. With cert-manager, the CA's key is never rotated
+//!   `--self-signed` run makes a new CA; `--previous-ca` puts the CAs the
+//!   API server trusts now (the configuration's caBundle) into the new
+//!   caBundle beside the new one, so both the old and the new serving
+//!   certificate verify while the kubelet swaps the Secret. The Secret
+//!   holds the CA's key (`ca.key`) as the chart's does (the chart signs a
+//!   rotated serving certificate with the same CA, so a `helm rollback`
+//!   keeps trust, docs/webhook.md); the Deployment mounts only `tls.crt`
+//!   and `tls.key`. With cert-manager, the CA's key is never rotated
 //!   (`rotationPolicy: Never`), so a reissued CA certificate has the same
 //!   subject and key, and serving certificates signed before it still
 //!   verify against the bundle the cainjector copies.
@@ -198,8 +202,16 @@ fn dns_names(namespace: &str) -> Vec<String> {
     ]
 }
 
-/// A CA, and a serving certificate it signs: (CA PEM, certificate PEM, key PEM).
-fn self_signed(namespace: &str) -> Result<(String, String, String), String> {
+/// A CA and the serving certificate it signs, as PEM.
+struct Pair {
+    ca: String,
+    ca_key: String,
+    cert: String,
+    key: String,
+}
+
+/// A CA, and a serving certificate it signs.
+fn self_signed(namespace: &str) -> Result<Pair, String> {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
     };
@@ -221,6 +233,7 @@ fn self_signed(namespace: &str) -> Result<(String, String, String), String> {
     ca.not_before = from;
     ca.not_after = until;
     let ca_cert = ca.self_signed(&ca_key).map_err(e)?;
+    let ca_key_pem = ca_key.serialize_pem();
     let issuer = Issuer::new(ca, ca_key);
 
     let key = KeyPair::generate().map_err(e)?;
@@ -233,7 +246,12 @@ fn self_signed(namespace: &str) -> Result<(String, String, String), String> {
     serving.not_before = from;
     serving.not_after = until;
     let cert = serving.signed_by(&key, &issuer).map_err(e)?;
-    Ok((ca_cert.pem(), cert.pem(), key.serialize_pem()))
+    Ok(Pair {
+        ca: ca_cert.pem(),
+        ca_key: ca_key_pem,
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    })
 }
 
 fn env(name: &str, value: &str) -> Value {
@@ -346,15 +364,18 @@ fn service_account(c: &Common) -> Value {
     })
 }
 
-/// What posting Events needs: `create` and `patch` on events, in the core
-/// group (the API the webhook's client writes) and events.k8s.io (the same
-/// objects through the newer API), and nothing else.
+/// What posting Events needs: `create` and `patch` on events in
+/// events.k8s.io, the only API the poster writes (`/apis/events.k8s.io/v1`,
+/// webhook/events.rs), and nothing else. RBAC is per API group: a grant on
+/// the core group (`""`) would never be used, and would only widen what a
+/// stolen token could write. Which side: no pod depends on the grant (the
+/// events are advisory), so it is the least that lets them be written.
 fn events_rbac(c: &Common) -> [Value; 2] {
     let meta = json!({"name": EVENTS_ROLE, "labels": c.labels});
     [
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta,
-            "rules": [{"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]
+            "rules": [{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]
         }),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta,
@@ -365,12 +386,16 @@ fn events_rbac(c: &Common) -> [Value; 2] {
 }
 
 /// The Secret of `--self-signed`, and the caBundle (base64) to trust it.
+/// It holds the CA's key (`ca.key`), as the chart's does, so a later
+/// serving certificate can be signed by the same CA without a caBundle
+/// change; the Deployment mounts only `tls.crt` and `tls.key`.
 fn self_signed_secret(c: &Common, previous_ca: Option<&str>) -> Result<(Value, String), String> {
-    let (ca, cert, key) = self_signed(c.ns)?;
-    let bundle = ca_bundle(&ca, previous_ca)?;
+    let pair = self_signed(c.ns)?;
+    let bundle = ca_bundle(&pair.ca, previous_ca)?;
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret", "metadata": c.meta(TLS_SECRET), "type": "kubernetes.io/tls",
-        "data": {"ca.crt": base64(ca.as_bytes()), "tls.crt": base64(cert.as_bytes()), "tls.key": base64(key.as_bytes())}
+        "data": {"ca.crt": base64(pair.ca.as_bytes()), "ca.key": base64(pair.ca_key.as_bytes()),
+                 "tls.crt": base64(pair.cert.as_bytes()), "tls.key": base64(pair.key.as_bytes())}
     });
     Ok((secret, base64(bundle.as_bytes())))
 }
@@ -499,7 +524,10 @@ fn deployment(c: &Common, req: &Request) -> Value {
                                             "labelSelector": {"matchLabels": {"app.kubernetes.io/name": NAME}}}
                     }]}},
                     "containers": [container(req)],
-                    "volumes": [{"name": "tls", "secret": {"secretName": tls_secret}}]
+                    // Only the serving pair: a self-signed Secret also
+                    // holds the CA's key, which the pods never need.
+                    "volumes": [{"name": "tls", "secret": {"secretName": tls_secret, "items": [
+                        {"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]}}]
                 }
             }
         }
@@ -693,7 +721,7 @@ pub fn render(req: &Request) -> Result<String, String> {
     }
     if req.self_signed {
         header.push_str(
-            "# To rotate, run again with --previous-ca set to the Secret's ca.crt: the API server then trusts both CAs.\n",
+            "# To rotate, run again with --previous-ca set to the caBundle trusted now (0-meshwrap's): the API server then trusts the old CAs and the new.\n",
         );
     }
     if let Some(secret) = &req.tls_secret {

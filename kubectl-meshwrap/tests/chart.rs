@@ -190,6 +190,7 @@ fn comparable(mut doc: Value) -> Value {
         let data = doc["data"].as_object_mut().unwrap();
         for (key, pem) in [
             ("ca.crt", "CERTIFICATE"),
+            ("ca.key", "PRIVATE KEY"),
             ("tls.crt", "CERTIFICATE"),
             ("tls.key", "PRIVATE KEY"),
         ] {
@@ -202,6 +203,7 @@ fn comparable(mut doc: Value) -> Value {
         }
         if let Some(annotations) = doc["metadata"].get_mut("annotations").and_then(Value::as_object_mut) {
             annotations.remove("meshwrap.io/tls-generation");
+            annotations.remove("meshwrap.io/ca-generation");
             annotations.remove("meshwrap.io/previous-ca");
             if annotations.is_empty() {
                 doc["metadata"].as_object_mut().unwrap().remove("annotations");
@@ -657,6 +659,75 @@ fn the_servers_load_limits_reach_the_webhook_only_where_set() {
     }
 }
 
+/// Evictions the PodDisruptionBudget allows with every replica ready, as
+/// the disruption controller counts them for an integer minAvailable
+/// (kubernetes pkg/controller/disruption: currentHealthy - desiredHealthy).
+fn disruptions_allowed(replicas: i64, pdb: &Value) -> i64 {
+    replicas - pdb["spec"]["minAvailable"].as_i64().expect("an integer minAvailable")
+}
+
+#[test]
+fn the_disruption_budget_never_blocks_a_drain_and_one_replica_renders_none() {
+    if !helm_ready() {
+        return;
+    }
+    let with = |patch: Value| {
+        let mut v = values("default");
+        json_patch::merge(&mut v, &patch);
+        v
+    };
+    let pdb = |objects: &[Value]| objects.iter().find(|o| o["kind"] == "PodDisruptionBudget").cloned();
+    // One replica: minAvailable 1 would allow no eviction ever (drains and
+    // node upgrades hang), so there is no budget.
+    let (one, _) = render(&with(json!({"webhook": {"replicas": 1}})), "meshwrap-system", None).unwrap();
+    let deployment = one.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert_eq!(pdb(&one), None, "one replica: no PodDisruptionBudget");
+    // The defaults (two) and the operations values (three, minAvailable 2)
+    // each allow one eviction at a time.
+    for (values, replicas) in [(values("default"), 2), (values("operations"), 3)] {
+        let (objects, _) = render(&values, "meshwrap-system", None).unwrap();
+        let budget = pdb(&objects).expect("a PodDisruptionBudget with more than one replica");
+        assert_eq!(disruptions_allowed(replicas, &budget), 1, "{budget}");
+    }
+    // A minAvailable that allows none is refused with the values named.
+    for min in [json!(3), json!("100%")] {
+        let values = with(json!({"webhook": {"replicas": 3, "podDisruptionBudget": {"minAvailable": min}}}));
+        let error = render(&values, "meshwrap-system", None).unwrap_err();
+        assert!(
+            error.contains("webhook.podDisruptionBudget.minAvailable") && error.contains("webhook.replicas 3"),
+            "{error}"
+        );
+    }
+}
+
+/// Whether a webhook serving `secret`'s pair is reached, under the
+/// Service's name, by a client trusting only `bundle` (as the API server).
+fn trusts(bundle: &str, secret: &Value) -> bool {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let webhook = Webhook::start_with(
+        &format!("chart-trusts-{n}"),
+        &b64(&secret["data"]["tls.crt"]),
+        &b64(&secret["data"]["tls.key"]),
+        &[],
+    );
+    Client::connect_named(
+        webhook.port,
+        client_config(bundle),
+        "meshwrap-webhook.meshwrap-system.svc",
+    )
+    .is_ok()
+}
+
+fn bundle_of(objects: &[Value]) -> String {
+    let configuration = objects
+        .iter()
+        .find(|d| d["kind"] == "MutatingWebhookConfiguration")
+        .unwrap();
+    b64(&configuration["webhooks"][0]["clientConfig"]["caBundle"])
+}
+
 #[test]
 fn self_managed_certificates_are_kept_on_upgrade_and_rotated_on_purpose_without_a_trust_gap() {
     if !helm_ready() {
@@ -664,54 +735,149 @@ fn self_managed_certificates_are_kept_on_upgrade_and_rotated_on_purpose_without_
     }
     let mut values = values("default");
     values["certificates"] = json!({"mode": "self-managed"});
-    // Install: no Secret yet, a new pair.
+    // Install: no Secret yet, a new CA (its key kept in the Secret) and a
+    // serving pair; the pods mount only the serving pair.
     let installed = render_upgrade(&values, None);
     let (bundle, ca) = assert_bundle_reaches_the_certificate(&installed, "meshwrap-system");
     assert_eq!(pems(&bundle), [ca.trim()]);
     let secret = secret_of(&installed);
     assert_eq!(secret["metadata"]["annotations"]["meshwrap.io/tls-generation"], "1");
+    assert_eq!(secret["metadata"]["annotations"]["meshwrap.io/ca-generation"], "1");
+    assert!(b64(&secret["data"]["ca.key"]).contains("PRIVATE KEY"));
+    let deployment = installed.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["volumes"][0]["secret"]["items"],
+        json!([{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]),
+        "the CA's key is never mounted"
+    );
 
     // Upgrade: the Secret the cluster holds is kept byte for byte, and the
     // bundle trusts its CA.
     let upgraded = render_upgrade(&values, Some(&secret));
     assert_eq!(secret_of(&upgraded)["data"], secret["data"]);
-    let (bundle_after, _) = assert_bundle_reaches_the_certificate(&upgraded, "meshwrap-system");
-    assert_eq!(bundle_after, bundle);
+    assert_eq!(bundle_of(&upgraded), bundle);
 
-    // Rotation: generation 2 makes a new pair, and the bundle trusts the
-    // CA the pods serve with now beside the new one.
-    values["certificates"]["selfManaged"] = json!({"generation": 2});
-    let rotated = render_upgrade(&values, Some(&secret));
-    let new_secret = secret_of(&rotated);
-    assert_ne!(new_secret["data"]["ca.crt"], secret["data"]["ca.crt"]);
-    assert_ne!(new_secret["data"]["tls.key"], secret["data"]["tls.key"]);
-    assert_eq!(new_secret["metadata"]["annotations"]["meshwrap.io/tls-generation"], "2");
-    let (rotated_bundle, new_ca) = assert_bundle_reaches_the_certificate(&rotated, "meshwrap-system");
-    assert_eq!(pems(&rotated_bundle), [new_ca.trim(), ca.trim()]);
-    // A pod still serving the old certificate is trusted by the new bundle.
-    let old = Webhook::start_with(
-        "chart-old-cert",
-        &b64(&secret["data"]["tls.crt"]),
-        &b64(&secret["data"]["tls.key"]),
-        &[],
+    // The same objects as manifests --self-signed, shape for shape, is the
+    // first test's; here what the API server trusts at each step.
+    assert!(trusts(&bundle, &secret));
+    assert!(
+        !trusts(&bundle, &secret_of(&render_upgrade(&values, None))),
+        "another install's CA"
     );
-    let name = "meshwrap-webhook.meshwrap-system.svc";
-    assert!(Client::connect_named(old.port, client_config(&rotated_bundle), name).is_ok());
+}
 
-    // The next upgrade keeps the rotated pair and still trusts the old CA
-    // (meshwrap.io/previous-ca), until the next rotation.
-    let later = render_upgrade(&values, Some(&new_secret));
-    assert_eq!(secret_of(&later)["data"], new_secret["data"]);
-    let (later_bundle, _) = assert_bundle_reaches_the_certificate(&later, "meshwrap-system");
-    assert_eq!(pems(&later_bundle), [new_ca.trim(), ca.trim()]);
-    // A Secret the chart did not make (manifests', cert-manager's) is
-    // replaced, its CA still trusted.
-    let mut foreign = secret.clone();
+#[test]
+fn rotating_the_serving_certificate_keeps_its_ca_so_a_rollback_and_a_second_rotation_stay_trusted() {
+    if !helm_ready() {
+        return;
+    }
+    let mut values = values("default");
+    values["certificates"] = json!({"mode": "self-managed"});
+    let rev1 = render_upgrade(&values, None);
+    let secret1 = secret_of(&rev1);
+    // generation 2: a new serving pair, signed by the same CA; the bundle
+    // is the same bytes.
+    values["certificates"]["selfManaged"] = json!({"generation": 2});
+    let rev2 = render_upgrade(&values, Some(&secret1));
+    let secret2 = secret_of(&rev2);
+    assert_ne!(secret2["data"]["tls.key"], secret1["data"]["tls.key"]);
+    assert_eq!(secret2["data"]["ca.crt"], secret1["data"]["ca.crt"]);
+    assert_eq!(secret2["data"]["ca.key"], secret1["data"]["ca.key"]);
+    assert_eq!(secret2["metadata"]["annotations"]["meshwrap.io/tls-generation"], "2");
+    assert_eq!(bundle_of(&rev2), bundle_of(&rev1));
+    // generation 3 before the kubelet swapped the pods' Secret to rev2's.
+    values["certificates"]["selfManaged"] = json!({"generation": 3});
+    let rev3 = render_upgrade(&values, Some(&secret2));
+    let secret3 = secret_of(&rev3);
+    // Every revision's bundle (a forward upgrade, `helm rollback`, which
+    // applies an older revision's bundle as it was stored, and a second
+    // rotation) trusts every revision's certificate a pod may still serve
+    // while the kubelet swaps its Secret volume.
+    for (what, bundle) in [
+        ("rev1", bundle_of(&rev1)),
+        ("rev2", bundle_of(&rev2)),
+        ("rev3", bundle_of(&rev3)),
+    ] {
+        for (served, secret) in [("rev1", &secret1), ("rev2", &secret2), ("rev3", &secret3)] {
+            assert!(
+                trusts(&bundle, secret),
+                "{what}'s caBundle does not trust {served}'s certificate"
+            );
+        }
+    }
+}
+
+#[test]
+fn rotating_the_ca_is_a_separate_step_that_keeps_the_two_previous_cas_trusted() {
+    if !helm_ready() {
+        return;
+    }
+    let mut values = values("default");
+    values["certificates"] = json!({"mode": "self-managed"});
+    let rev1 = render_upgrade(&values, None);
+    let secret1 = secret_of(&rev1);
+    let ca1 = b64(&secret1["data"]["ca.crt"]);
+    let mut revisions = vec![(rev1, secret1)];
+    for generation in 2..=4 {
+        values["certificates"]["selfManaged"] = json!({"caGeneration": generation});
+        let previous = revisions.last().unwrap().1.clone();
+        let rev = render_upgrade(&values, Some(&previous));
+        let secret = secret_of(&rev);
+        assert_ne!(secret["data"]["ca.key"], previous["data"]["ca.key"], "a new CA");
+        assert_eq!(
+            secret["metadata"]["annotations"]["meshwrap.io/ca-generation"],
+            generation.to_string()
+        );
+        revisions.push((rev, secret));
+    }
+    let cas: Vec<String> = revisions
+        .iter()
+        .map(|(_, s)| b64(&s["data"]["ca.crt"]).trim().to_string())
+        .collect();
+    // Newest first: its own CA, then the two before it.
+    assert_eq!(pems(&bundle_of(&revisions[1].0)), [cas[1].clone(), cas[0].clone()]);
+    assert_eq!(
+        pems(&bundle_of(&revisions[2].0)),
+        [cas[2].clone(), cas[1].clone(), cas[0].clone()]
+    );
+    assert_eq!(
+        pems(&bundle_of(&revisions[3].0)),
+        [cas[3].clone(), cas[2].clone(), cas[1].clone()]
+    );
+    // Two CA rotations within the kubelet's swap: the pods' first
+    // certificate is still trusted.
+    assert!(trusts(&bundle_of(&revisions[2].0), &revisions[0].1));
+    // A later upgrade keeps the rotated pair and the bundle.
+    let last = &revisions[3];
+    let later = render_upgrade(&values, Some(&last.1));
+    assert_eq!(secret_of(&later)["data"], last.1["data"]);
+    assert_eq!(bundle_of(&later), bundle_of(&last.0));
+
+    // An older chart's Secret (no CA key, no ca-generation): kept whole
+    // while nothing rotates, so the upgrade to this chart changes no trust.
+    let mut older = revisions[0].1.clone();
+    older["data"].as_object_mut().unwrap().remove("ca.key");
+    older["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("meshwrap.io/ca-generation");
+    values["certificates"]["selfManaged"] = json!({});
+    let kept = render_upgrade(&values, Some(&older));
+    assert_eq!(secret_of(&kept)["data"], older["data"]);
+    assert_eq!(pems(&bundle_of(&kept)), [ca1.trim()]);
+    // A Secret the chart did not make (manifests', cert-manager's), or an
+    // older chart's at its next rotation (it cannot sign without the CA's
+    // key): a new CA, the old one trusted.
+    let mut foreign = revisions[0].1.clone();
     foreign["metadata"]["annotations"] = json!({});
-    let replaced = render_upgrade(&values, Some(&foreign));
-    let (replaced_bundle, replaced_ca) = assert_bundle_reaches_the_certificate(&replaced, "meshwrap-system");
-    assert_ne!(replaced_ca, ca);
-    assert_eq!(pems(&replaced_bundle), [replaced_ca.trim(), ca.trim()]);
+    for (secret, selfmanaged) in [(foreign, json!({})), (older, json!({"generation": 2}))] {
+        values["certificates"]["selfManaged"] = selfmanaged;
+        let replaced = render_upgrade(&values, Some(&secret));
+        let (bundle, new_ca) = assert_bundle_reaches_the_certificate(&replaced, "meshwrap-system");
+        assert_ne!(new_ca, ca1);
+        assert_eq!(pems(&bundle), [new_ca.trim(), ca1.trim()]);
+        assert!(trusts(&bundle, &secret));
+    }
 }
 
 #[test]
@@ -740,7 +906,8 @@ fn existing_certificates_render_no_secret_and_exactly_the_given_ca_bundle_every_
     let deployment = objects.iter().find(|d| d["kind"] == "Deployment").unwrap();
     assert_eq!(
         deployment["spec"]["template"]["spec"]["volumes"],
-        json!([{"name": "tls", "secret": {"secretName": given["secretName"]}}])
+        json!([{"name": "tls", "secret": {"secretName": given["secretName"], "items": [
+            {"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]}}])
     );
     // The ServiceMonitor verifies the webhook with the same CA, from a
     // ConfigMap (the user's Secret need not hold a ca.crt).

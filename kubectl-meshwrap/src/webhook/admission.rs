@@ -61,6 +61,9 @@ pub struct Decision {
     /// A reinvocation that found the pod skipped for the same reason as
     /// before: decided already, so nothing new to tell.
     pub repeat: bool,
+    /// The request is a dry run (`request.dryRun`): it is decided and
+    /// answered as any other, and has no side effect (no Event).
+    pub dry_run: bool,
 }
 
 /// The pod's controller, as its ownerReference names it.
@@ -152,7 +155,24 @@ fn described(request: &Value, object: &Value, uid: &str) -> Decision {
         controller: controller_reference(object),
         patched: false,
         repeat: false,
+        dry_run: dry_run(request),
     }
+}
+
+/// Whether the request is a dry run. The configuration declares
+/// `sideEffects: None`, and the API server sends such webhooks dry-run
+/// requests too (kubectl `--dry-run=server`, server-side diffs), because
+/// "SideEffectClassNone means that calling the webhook will have no side
+/// effects" (kubernetes/api admissionregistration/v1/types.go; a webhook
+/// with side effects would declare `NoneOnDryRun`: "if the request being
+/// reviewed has the dry-run attribute, the side effects will be
+/// suppressed"; the API server's dispatch: kubernetes/apiserver
+/// pkg/admission/plugin/webhook/mutating/dispatcher.go at 24a394e, lines
+/// 248-255). An Event is a side effect, so a dry run posts none. A missing
+/// or non-boolean field is no dry run (the API server always sends a bool);
+/// which side: the Event is posted, the pod is unaffected either way.
+pub fn dry_run(request: &Value) -> bool {
+    request.get("dryRun").and_then(Value::as_bool).unwrap_or(false)
 }
 
 /// Requests the webhook leaves alone before deciding anything: not a Pod
@@ -361,5 +381,18 @@ fn decide(pod: &Value, settings: &Settings, decision: &mut Decision) -> Vec<Valu
                 .map(|op| json_patch(&[op]))
                 .unwrap_or_default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dry_run_is_the_requests_dry_run_field_set_to_true() {
+        assert!(dry_run(&json!({"dryRun": true})));
+        assert!(!dry_run(&json!({"dryRun": false})));
+        assert!(!dry_run(&json!({})));
+        assert!(!dry_run(&json!({"dryRun": "true"})));
     }
 }

@@ -24,8 +24,19 @@
 //! - delaying or failing an admission: the admission only offers a notice
 //!   to a bounded queue (`--events-queue`) and never waits; a full queue
 //!   drops it, counted in `/metrics`. One task, the poster, takes notices
-//!   from the queue and talks to the API server, one request at a time,
-//!   each within `--events-timeout`;
+//!   from the queue into the cache, and keeps taking them while requests
+//!   to the API server are in flight: up to [`WRITERS`] at once, each on a
+//!   connection of its own and within `--events-timeout`, each its own
+//!   task. So a slow API server slows the writes, not the aggregation, and
+//!   the cache (bounded, below), not the queue, absorbs a burst of new
+//!   owners; client-go does the same with a goroutine per event
+//!   (`tools/events/event_broadcaster.go`, `recordToSink`), unbounded;
+//! - the races that opens: a series is written by one request at a time
+//!   (marked in flight until its answer is learnt, and not due meanwhile);
+//!   occurrences counted while its request is out are written by its next
+//!   one, since a write records the count it sent, not the count on its
+//!   return; a series forgotten while its request is out is forgotten,
+//!   its answer ignored;
 //! - memory growing with the owners seen: the series are kept in a cache
 //!   of `--events-cache` entries, the least recently seen forgotten first
 //!   (client-go's correlator keeps 4,096 in an LRU too); an occurrence
@@ -52,7 +63,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use hyper::Method;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::admission::Decision;
@@ -78,6 +89,15 @@ const NAME_LIMIT: usize = 253;
 /// and the drain (20 s), within the pod's 30 s of grace.
 const LAST_WRITES: Duration = Duration::from_secs(3);
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// Requests to the API server in flight at once, at most, each on its own
+/// HTTP/1.1 connection: at 100 ms an answer, 160 writes a second, twice a
+/// burst of 75 new owners a second (BENCHMARKS.md, events). Bounded, where
+/// client-go's goroutine per event is not: the API server's budget for
+/// mutating requests in flight (`--max-mutating-requests-inflight`, 200 by
+/// default: kubernetes/apiserver `pkg/server/options/server_run_options.go`)
+/// is shared with every client. Which side: a burst of Events waits in the
+/// cache rather than crowd out the pod creations themselves.
+pub const WRITERS: usize = 16;
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 #[derive(Clone, Debug)]
@@ -134,8 +154,14 @@ impl Notice {
 }
 
 /// The event one decision calls for, if any: wraps and skips, not pods
-/// already wrapped, requests left alone, or a reinvocation's repeat.
+/// already wrapped, requests left alone, a reinvocation's repeat, or a dry
+/// run (the configuration promises `sideEffects: None`, see
+/// `admission::dry_run`; which side: the API server's promise is kept, and
+/// the dry run's user reads the decision in the answer's warnings).
 pub fn notice(d: &Decision) -> Option<Notice> {
+    if d.dry_run {
+        return None;
+    }
     let (reason, warning, note) = match (d.outcome, d.code) {
         ("injected", "native") => (INJECTED_NATIVE, false, d.reason.clone()),
         ("injected", _) => (INJECTED, false, format!("pod wrapped: {}", d.reason)),
@@ -242,8 +268,9 @@ impl Events {
             ca: config.ca.clone(),
             timeout: config.timeout,
         });
-        let client = match access.and_then(Client::new) {
-            Ok(client) => client,
+        let made = access.and_then(|access| Client::new(access.clone()).map(|client| (client, access)));
+        let (client, access) = match made {
+            Ok(made) => made,
             Err(why) => {
                 log::warn("events are off", &[("reason", json!(why))]);
                 return Events::off();
@@ -252,11 +279,11 @@ impl Events {
         let (sender, receiver) = mpsc::channel(config.queue);
         let (stop, stopped) = oneshot::channel();
         let counters = Arc::new(Counters::default());
-        let poster = Poster::new(client, config, counters.clone());
+        let poster = Poster::new(client, access, config, counters.clone());
         log::info(
             "events are on",
             &[
-                ("api_server", json!(poster.client.endpoint().to_string())),
+                ("api_server", json!(poster.endpoint())),
                 ("instance", json!(poster.instance)),
             ],
         );
@@ -362,12 +389,18 @@ struct Series {
     /// When it was first seen, and last written.
     seen: Instant,
     last_write: Option<Instant>,
+    /// A request for it is out: it is not due until its answer is learnt.
+    in_flight: bool,
 }
 
 impl Series {
-    /// When it is next to be written: at once when not created yet, an
-    /// interval after its last write when it counted more since.
+    /// When it is next to be written: never while a request for it is out,
+    /// at once when not created yet, an interval after its last write when
+    /// it counted more since.
     fn due(&self, interval: Duration) -> Option<Instant> {
+        if self.in_flight {
+            return None;
+        }
         if self.written == 0 {
             return Some(self.seen);
         }
@@ -430,6 +463,7 @@ impl Cache {
                 written: 0,
                 seen: Instant::now(),
                 last_write: None,
+                in_flight: false,
             },
         );
         self.order.insert(self.tick, key);
@@ -489,9 +523,22 @@ enum Written {
     Failed(String),
 }
 
+/// A write's answer, with the connection it went out on.
+struct Done {
+    client: Client,
+    key: Arc<str>,
+    create: bool,
+    count: u32,
+    answer: Result<Reply, String>,
+}
+
 /// The task that aggregates notices and writes them.
 struct Poster {
-    client: Client,
+    /// Connections free for a write; [`WRITERS`] in all with those out.
+    clients: Vec<Client>,
+    /// To make a connection again, should a write's task be lost.
+    access: Access,
+    writes: JoinSet<Done>,
     cache: Cache,
     counters: Arc<Counters>,
     instance: String,
@@ -505,9 +552,14 @@ struct Poster {
 }
 
 impl Poster {
-    fn new(client: Client, config: &Config, counters: Arc<Counters>) -> Poster {
+    fn new(client: Client, access: Access, config: &Config, counters: Arc<Counters>) -> Poster {
+        let mut clients = vec![client];
+        // Each reads the token and the CA once, as the first did.
+        clients.extend((1..WRITERS).filter_map(|_| Client::new(access.clone()).ok()));
         Poster {
-            client,
+            clients,
+            access,
+            writes: JoinSet::new(),
             cache: Cache::new(config.cache),
             counters,
             instance: poster_instance(),
@@ -519,12 +571,20 @@ impl Poster {
         }
     }
 
+    fn endpoint(&self) -> String {
+        self.access.endpoint.to_string()
+    }
+
     async fn run(mut self, mut notices: mpsc::Receiver<Notice>, mut stop: oneshot::Receiver<()>) {
         loop {
-            let wake = self.wake.map(|at| match self.resume_at {
-                Some(resume) => at.max(resume),
-                None => at,
-            });
+            // No free connection: nothing to wake for until one is back.
+            let wake = self
+                .wake
+                .filter(|_| !self.clients.is_empty())
+                .map(|at| match self.resume_at {
+                    Some(resume) => at.max(resume),
+                    None => at,
+                });
             let sleep = async {
                 match wake {
                     Some(at) => tokio::time::sleep_until(at).await,
@@ -537,7 +597,8 @@ impl Poster {
                     Some(notice) => self.observe(notice),
                     None => break,
                 },
-                () = sleep => self.write_due().await,
+                Some(done) = self.writes.join_next(), if !self.writes.is_empty() => self.finished(done),
+                () = sleep => self.start_due(),
             }
         }
         notices.close();
@@ -557,30 +618,106 @@ impl Poster {
         self.counters.series.store(self.cache.series.len(), Ordering::Relaxed);
     }
 
-    /// Writes the series due soonest, if it is due, and learns when the
-    /// next one is.
-    async fn write_due(&mut self) {
+    /// Sends every series that is due, as far as free connections go, and
+    /// learns when the next one is.
+    fn start_due(&mut self) {
         let now = Instant::now();
         if self.resume_at.is_some_and(|at| at > now) {
             return;
         }
-        if let Some((at, key)) = self.cache.soonest(self.interval)
+        while !self.clients.is_empty()
+            && let Some((at, key)) = self.cache.soonest(self.interval)
             && at <= now
         {
-            self.write(&key).await;
+            self.start(key);
         }
         self.wake = self.cache.soonest(self.interval).map(|(at, _)| at);
     }
 
-    /// The last writes when the webhook stops: every series with unwritten
-    /// occurrences, once, within one request's timeout (3 s at most) in all.
+    /// Sends one series' create or patch on a free connection, as a task of
+    /// its own; false: no free connection, or no such series.
+    fn start(&mut self, key: Arc<str>) -> bool {
+        let Some(series) = self.cache.series.get_mut(&key) else {
+            return false;
+        };
+        let Some(mut client) = self.clients.pop() else {
+            return false;
+        };
+        series.in_flight = true;
+        let create = series.written == 0;
+        let count = series.count;
+        let (method, path, content_type, body) = request(series, &self.instance);
+        self.writes.spawn(async move {
+            let answer = client.send(method, &path, content_type, body).await;
+            Done {
+                client,
+                key,
+                create,
+                count,
+                answer,
+            }
+        });
+        true
+    }
+
+    /// A write's answer: its connection is free again, and the series and
+    /// the backoff learn from it.
+    fn finished(&mut self, done: Result<Done, tokio::task::JoinError>) {
+        let done = match done {
+            Ok(done) => done,
+            Err(e) => {
+                // A write's task cannot panic; should it, its connection is
+                // made again so the poster keeps its WRITERS.
+                log::warn("events: a write was lost", &[("error", json!(e.to_string()))]);
+                if let Ok(client) = Client::new(self.access.clone()) {
+                    self.clients.push(client);
+                }
+                return;
+            }
+        };
+        // The most recently used first: a sequential trickle keeps one
+        // kept-alive connection.
+        self.clients.push(done.client);
+        if let Some(series) = self.cache.series.get_mut(&done.key) {
+            series.in_flight = false;
+        }
+        let written = judge(done.create, done.answer);
+        let slot = match &written {
+            Written::Ok => 0,
+            Written::Gone | Written::Taken | Written::Refused(_) => 1,
+            Written::Failed(_) => 2,
+        };
+        self.counters.writes[usize::from(!done.create)][slot].fetch_add(1, Ordering::Relaxed);
+        self.learn(&done.key, done.create, done.count, written);
+        self.wake = self.cache.soonest(self.interval).map(|(at, _)| at);
+    }
+
+    /// The last writes when the webhook stops: the answers of the writes
+    /// out, then every series with unwritten occurrences, once, [`WRITERS`]
+    /// at a time, within one request's timeout (3 s at most) in all.
     async fn flush(&mut self) {
-        let deadline = Instant::now() + self.client.timeout().min(LAST_WRITES);
-        for key in self.cache.unwritten() {
-            if tokio::time::timeout_at(deadline, self.write(&key)).await.is_err() {
-                break;
+        let deadline = Instant::now() + self.access.timeout.min(LAST_WRITES);
+        // The writes out first: their answers say what is left to write.
+        while !self.writes.is_empty() {
+            match tokio::time::timeout_at(deadline, self.writes.join_next()).await {
+                Ok(Some(done)) => self.finished(done),
+                Ok(None) | Err(_) => break,
             }
         }
+        // Then each series once (no backoff: the webhook is going).
+        let mut left = self.cache.unwritten().into_iter();
+        while Instant::now() < deadline {
+            while !self.clients.is_empty()
+                && let Some(key) = left.next()
+            {
+                self.start(key);
+            }
+            match tokio::time::timeout_at(deadline, self.writes.join_next()).await {
+                Ok(Some(done)) => self.finished(done),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        self.writes.abort_all();
         let lost: u32 = self
             .cache
             .series
@@ -588,42 +725,6 @@ impl Poster {
             .map(|s| s.count - s.written.min(s.count))
             .sum();
         self.counters.shutdown.fetch_add(u64::from(lost), Ordering::Relaxed);
-    }
-
-    /// Creates or patches one series, and learns from the answer.
-    async fn write(&mut self, key: &Arc<str>) {
-        let Some(series) = self.cache.series.get(key) else {
-            return;
-        };
-        let create = series.written == 0;
-        let count = series.count;
-        let (method, path, content_type, body) = if create {
-            let path = format!("/apis/events.k8s.io/v1/namespaces/{}/events", series.notice.namespace);
-            (Method::POST, path, "application/json", event(series, &self.instance))
-        } else {
-            let path = format!(
-                "/apis/events.k8s.io/v1/namespaces/{}/events/{}",
-                series.notice.namespace, series.name
-            );
-            (
-                Method::PATCH,
-                path,
-                "application/merge-patch+json",
-                json!({"series": series_of(series)}),
-            )
-        };
-        let answer = self
-            .client
-            .send(method, &path, content_type, body.to_string().into_bytes())
-            .await;
-        let written = judge(create, answer);
-        let slot = match &written {
-            Written::Ok => 0,
-            Written::Gone | Written::Taken | Written::Refused(_) => 1,
-            Written::Failed(_) => 2,
-        };
-        self.counters.writes[usize::from(!create)][slot].fetch_add(1, Ordering::Relaxed);
-        self.learn(key, create, count, written);
     }
 
     /// Updates the series and the backoff after a write.
@@ -685,6 +786,26 @@ impl Poster {
             );
             self.last_error = error;
         }
+    }
+}
+
+/// A series' create (not created yet) or the merge PATCH of its count:
+/// (method, path, content type, body).
+fn request(series: &Series, instance: &str) -> (Method, String, &'static str, Vec<u8>) {
+    let namespace = &series.notice.namespace;
+    if series.written == 0 {
+        let path = format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events");
+        let body = event(series, instance);
+        (Method::POST, path, "application/json", body.to_string().into_bytes())
+    } else {
+        let path = format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events/{}", series.name);
+        let body = json!({"series": series_of(series)});
+        (
+            Method::PATCH,
+            path,
+            "application/merge-patch+json",
+            body.to_string().into_bytes(),
+        )
     }
 }
 
@@ -764,6 +885,7 @@ mod tests {
             }),
             patched: true,
             repeat: false,
+            dry_run: false,
         }
     }
 
@@ -797,6 +919,15 @@ mod tests {
         let mut repeat = decision("skipped", "no-command", "x");
         repeat.repeat = true;
         assert_eq!(notice(&repeat), None);
+        for outcome in [
+            ("injected", "injected"),
+            ("injected", "native"),
+            ("skipped", "no-command"),
+        ] {
+            let mut dry = decision(outcome.0, outcome.1, "x");
+            dry.dry_run = true;
+            assert_eq!(notice(&dry), None, "a dry run has no side effect: {outcome:?}");
+        }
         for outcome in ["unchanged", "ignored", "error"] {
             assert_eq!(notice(&decision(outcome, "x", "y")), None, "{outcome}");
         }
@@ -851,6 +982,31 @@ mod tests {
         let (_, due) = cache.observe(owner("a"), SystemTime::now(), H);
         assert_eq!(due, Some(now + H));
         assert_eq!(cache.unwritten().len(), 1);
+    }
+
+    #[test]
+    fn a_series_with_a_request_out_is_not_due_and_its_next_write_carries_what_was_counted_meanwhile() {
+        let mut cache = Cache::new(4);
+        cache.observe(owner("a"), SystemTime::now(), Duration::ZERO);
+        let key = cache.series.keys().next().unwrap().clone();
+        let series = cache.series.get_mut(&key).unwrap();
+        let (method, path, _, _) = request(series, "i");
+        assert_eq!(
+            (method, path.as_str()),
+            (Method::POST, "/apis/events.k8s.io/v1/namespaces/team-a/events")
+        );
+        series.in_flight = true;
+        assert_eq!(cache.soonest(Duration::ZERO), None, "one request at a time per series");
+        // Counted while the create is out; the create carried count 1.
+        let (_, due) = cache.observe(owner("a"), SystemTime::now(), Duration::ZERO);
+        assert_eq!(due, None);
+        let series = cache.series.get_mut(&key).unwrap();
+        (series.in_flight, series.written, series.last_write) = (false, 1, Some(Instant::now()));
+        assert!(series.due(Duration::ZERO).is_some(), "the second occurrence is due");
+        let (method, _, _, body) = request(series, "i");
+        assert_eq!(method, Method::PATCH);
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["series"]["count"], 2);
     }
 
     #[test]

@@ -45,6 +45,10 @@ pub struct Recorded {
     pub body: Value,
     /// The status it was answered with (0: not answered).
     pub status: u16,
+    /// When it had been read whole.
+    pub at: Instant,
+    /// When its answer had been written (`at` until then).
+    pub answered_at: Instant,
 }
 
 impl Recorded {
@@ -206,6 +210,8 @@ fn serve(tcp: TcpStream, config: Arc<rustls::ServerConfig>, shared: &Shared) {
                 headers,
                 body: body.clone(),
                 status: 0,
+                at: Instant::now(),
+                answered_at: Instant::now(),
             });
             shared.changed.notify_all();
             requests.len() - 1
@@ -239,7 +245,11 @@ fn serve(tcp: TcpStream, config: Arc<rustls::ServerConfig>, shared: &Shared) {
             return;
         }
         let _ = stream.flush();
-        shared.requests.lock().unwrap()[index].status = status;
+        {
+            let mut requests = shared.requests.lock().unwrap();
+            requests[index].status = status;
+            requests[index].answered_at = Instant::now();
+        }
         shared.changed.notify_all();
     }
 }
