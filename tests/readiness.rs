@@ -242,6 +242,34 @@ fn the_kept_connection_is_closed_once_the_command_has_started() {
     );
 }
 
+/// #38: a chunked answer (Envoy's admin) and one whose body comes in a
+/// later segment than its head (Python's `http.server`) keep the
+/// connection: every poll of the wait on one.
+#[test]
+fn polls_keep_the_connection_whatever_the_framing_and_segmentation() {
+    for reply in [Reply::Split(503), Reply::Chunked(503)] {
+        let sidecar = FakeSidecar::ready();
+        let last = match reply {
+            Reply::Chunked(_) => Reply::Chunked(200),
+            _ => Reply::Split(200),
+        };
+        sidecar.set_ready(&[reply.clone(), reply.clone(), reply.clone(), reply.clone(), last]);
+        let run = wrapped(&sidecar)
+            .args(["-v", "--quit-policy", "never"])
+            .args(MARKER)
+            .run();
+        run.assert_code(0).assert_stdout("started\n");
+        assert_eq!(sidecar.polls(), 5, "{reply:?}");
+        run.check(
+            sidecar.connections_used() == 1,
+            &format!(
+                "{reply:?}: 5 polls on {} connections, not 1",
+                sidecar.connections_used()
+            ),
+        );
+    }
+}
+
 #[test]
 fn a_sidecar_that_closes_connections_is_polled_on_new_ones() {
     for connections in [Connections::CloseEach, Connections::DropIdle] {

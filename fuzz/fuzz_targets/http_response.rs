@@ -1,7 +1,10 @@
 //! A fuzzed sidecar answer fed through meshwrap's HTTP clients, for both a
 //! readiness GET (`probe::get_once`, no runtime) and a quit POST: a loopback
-//! listener answers with the fuzz input and closes. The client must classify
-//! it (a status or a failure) within its timeout, never panic or hang.
+//! listener answers with the fuzz input, cut in two writes where its first
+//! byte says, and closes. The client must classify it (a status or a
+//! failure) within its timeout, never panic or hang. And the body reader
+//! (`http::Body`, chunked and `content-length`) must come to the same end
+//! at the same byte whether the input is fed whole or cut there.
 #![no_main]
 
 use std::io::{Read, Write};
@@ -9,6 +12,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
+use meshwrap::sidecar::http::{Body, Framing};
 use meshwrap::sidecar::{Endpoint, http, probe};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -53,8 +57,36 @@ async fn answer_once(listener: &TcpListener, answer: &[u8]) {
             Ok(n) => head.extend_from_slice(&buf[..n]),
         }
     }
-    let _ = stream.write_all(answer).await;
+    let (first, second) = answer.split_at(cut(answer));
+    let _ = stream.write_all(first).await;
+    let _ = stream.write_all(second).await;
     let _ = stream.shutdown().await;
+}
+
+/// Where the input is cut: its first byte, within its length.
+fn cut(answer: &[u8]) -> usize {
+    answer.first().map_or(0, |&b| usize::from(b) % (answer.len() + 1))
+}
+
+/// The body reader on `bytes` fed whole and fed in two parts: how far it
+/// got (bytes taken, done) or that it refused, the same both ways.
+fn body_agrees(framing: Framing, bytes: &[u8]) {
+    let outcome = |parts: &[&[u8]]| {
+        let mut body = Body::new(framing).unwrap();
+        let mut taken = 0;
+        for part in parts {
+            if body.done() {
+                break;
+            }
+            match body.feed(part) {
+                Ok(n) => taken += n,
+                Err(_) => return None,
+            }
+        }
+        Some((taken, body.done()))
+    };
+    let (first, second) = bytes.split_at(cut(bytes));
+    assert_eq!(outcome(&[bytes]), outcome(&[first, second]), "{framing:?}");
 }
 
 /// The same, from a thread, for the blocking GET.
@@ -69,10 +101,14 @@ fn answer_once_blocking(listener: &std::net::TcpListener, answer: &[u8]) {
             Ok(n) => head.extend_from_slice(&buf[..n]),
         }
     }
-    let _ = stream.write_all(answer);
+    let (first, second) = answer.split_at(cut(answer));
+    let _ = stream.write_all(first);
+    let _ = stream.write_all(second);
 }
 
 fuzz_target!(|answer: &[u8]| {
+    body_agrees(Framing::Chunked, answer);
+    body_agrees(Framing::Length(answer.len() / 2 + 1), answer);
     let rig = rig();
     let timeout = Duration::from_millis(200);
     let got = std::thread::scope(|scope| {

@@ -511,8 +511,8 @@ pub(super) struct Head {
     pub(super) status: u16,
     /// Its length in bytes, blank line included.
     pub(super) len: usize,
-    /// The body's length, if the head tells it (`None`: chunked or until close).
-    pub(super) body: Option<usize>,
+    /// How the body's end is found (RFC 9112 6.3).
+    pub(super) body: Framing,
     /// HTTP/1.1 without `connection: close`, or HTTP/1.0 with `keep-alive`.
     pub(super) keep_alive: bool,
 }
@@ -540,17 +540,20 @@ pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, Failure> {
     let mut head = Head {
         status,
         len,
-        body: None,
+        body: Framing::UntilClose,
         keep_alive: http11,
     };
+    let (mut length, mut coding) = (None, None);
     for line in lines.filter(|l| !l.is_empty()) {
         let (name, value) = header(line)?;
         if name.eq_ignore_ascii_case(b"content-length") {
-            let length = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
-            head.body = Some(length.ok_or_else(|| garbage("an invalid content-length"))?);
+            let parsed = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
+            length = Some(parsed.ok_or_else(|| garbage("an invalid content-length"))?);
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            head.body = None;
-            head.keep_alive = false;
+            // The last coding of the last field decides (RFC 9112 6.3: chunked
+            // last is chunked framing; anything else runs until the close).
+            let last = value.rsplit(|&b| b == b',').next().map(<[u8]>::trim_ascii);
+            coding = Some(last.is_some_and(|c| c.eq_ignore_ascii_case(b"chunked")));
         } else if name.eq_ignore_ascii_case(b"connection") {
             for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
                 if token.eq_ignore_ascii_case(b"close") {
@@ -561,10 +564,146 @@ pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, Failure> {
             }
         }
     }
+    head.body = match (coding, length) {
+        (Some(true), None) => Framing::Chunked,
+        // Both given: a smuggling shape; the body is read by the coding and
+        // the connection not kept (RFC 9112 6.1).
+        (Some(true), Some(_)) => {
+            head.keep_alive = false;
+            Framing::Chunked
+        }
+        (Some(false), _) => Framing::UntilClose,
+        (None, Some(length)) => Framing::Length(length),
+        (None, None) => Framing::UntilClose,
+    };
+    if head.body == Framing::UntilClose {
+        head.keep_alive = false;
+    }
     if matches!(status, 100..=199 | 204 | 304) {
-        head.body = Some(0);
+        head.body = Framing::Length(0);
+        head.keep_alive = head.keep_alive || (http11 && coding.is_none() && length.is_none());
     }
     Ok(Some(head))
+}
+
+/// How a response's body ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// `content-length` bytes.
+    Length(usize),
+    /// `transfer-encoding: chunked`: chunks to the last, then trailers.
+    Chunked,
+    /// At the close of the connection: it cannot be kept.
+    UntilClose,
+}
+
+/// A body being read to its end, fed what arrives in any segmentation: the
+/// readiness wait keeps a connection only once its last answer's body is
+/// all in (Envoy's admin answers chunked; Python's `http.server` writes the
+/// head and the body apart). At most [`MAX_BODY`] bytes of framing and data
+/// are taken: a longer body costs the connection, never a wait.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Body {
+    state: Chunk,
+    /// Bytes fed so far.
+    taken: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Chunk {
+    /// This many bytes of a `content-length` body to come.
+    Length(usize),
+    /// A chunk-size line: the size so far (hex digits), and whether an
+    /// extension (`;...`) began.
+    Size(usize, u8, bool),
+    /// This many bytes of chunk data to come, then its line end.
+    Data(usize),
+    /// The line end after chunk data: whether its CR was seen.
+    DataEnd(bool),
+    /// At the start of a trailer line (or the last, empty, one).
+    TrailerStart,
+    /// Inside a trailer line, or after the CR of the empty last line.
+    Trailer,
+    LastLf,
+    Done,
+}
+
+impl Body {
+    /// `None` for a body that ends only at the close.
+    pub fn new(framing: Framing) -> Option<Body> {
+        let state = match framing {
+            Framing::Length(0) => Chunk::Done,
+            Framing::Length(n) => Chunk::Length(n),
+            Framing::Chunked => Chunk::Size(0, 0, false),
+            Framing::UntilClose => return None,
+        };
+        Some(Body { state, taken: 0 })
+    }
+
+    pub fn done(&self) -> bool {
+        self.state == Chunk::Done
+    }
+
+    /// Takes the body's bytes from the start of `bytes`: `Ok(n)`, the number
+    /// taken (all of them unless the body ended within); `Err` for framing
+    /// that is not HTTP, or a body over [`MAX_BODY`].
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<usize, Failure> {
+        let mut i = 0;
+        while i < bytes.len() && !self.done() {
+            i += self.step(&bytes[i..])?;
+        }
+        self.taken += i;
+        if self.taken > MAX_BODY {
+            return Err(garbage("a body over 4 KiB"));
+        }
+        Ok(i)
+    }
+
+    /// One step of the state machine on the start of `bytes` (never empty):
+    /// how many bytes it took.
+    fn step(&mut self, bytes: &[u8]) -> Result<usize, Failure> {
+        let b = bytes[0];
+        let bad = || garbage("bad chunked framing");
+        self.state = match self.state {
+            Chunk::Length(n) => {
+                let k = n.min(bytes.len());
+                self.state = if k == n { Chunk::Done } else { Chunk::Length(n - k) };
+                return Ok(k);
+            }
+            Chunk::Data(n) => {
+                let k = n.min(bytes.len());
+                self.state = if k == n {
+                    Chunk::DataEnd(false)
+                } else {
+                    Chunk::Data(n - k)
+                };
+                return Ok(k);
+            }
+            Chunk::Size(size, digits, false) if b.is_ascii_hexdigit() => {
+                let digit = (b as char).to_digit(16).unwrap_or(0) as usize;
+                if digits >= 4 {
+                    return Err(garbage("a chunk over 4 KiB"));
+                }
+                Chunk::Size(size * 16 + digit, digits + 1, false)
+            }
+            Chunk::Size(size, digits, _) if b == b'\n' && digits > 0 => match size {
+                0 => Chunk::TrailerStart,
+                size => Chunk::Data(size),
+            },
+            Chunk::Size(size, digits, _) if digits > 0 && (b == b';' || b == b'\r' || b == b' ' || b == b'\t') => {
+                Chunk::Size(size, digits, true)
+            }
+            Chunk::Size(size, digits, true) if b != b'\n' => Chunk::Size(size, digits, true),
+            Chunk::DataEnd(false) if b == b'\r' => Chunk::DataEnd(true),
+            Chunk::DataEnd(_) if b == b'\n' => Chunk::Size(0, 0, false),
+            Chunk::TrailerStart if b == b'\r' => Chunk::LastLf,
+            Chunk::TrailerStart | Chunk::LastLf if b == b'\n' => Chunk::Done,
+            Chunk::TrailerStart | Chunk::Trailer if b != b'\n' => Chunk::Trailer,
+            Chunk::Trailer => Chunk::TrailerStart,
+            _ => return Err(bad()),
+        };
+        Ok(1)
+    }
 }
 
 /// Where the head ends: after the first empty line (CRLF or bare LF).
@@ -671,11 +810,14 @@ mod tests {
         let h = head("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nLIVE\n")
             .unwrap()
             .unwrap();
-        assert_eq!((h.status, h.len, h.body, h.keep_alive), (200, 38, Some(5), true));
+        assert_eq!(
+            (h.status, h.len, h.body, h.keep_alive),
+            (200, 38, Framing::Length(5), true)
+        );
         let h = head("HTTP/1.1 503 X\r\nContent-Length: 9\r\nConnection: close\r\n\r\n")
             .unwrap()
             .unwrap();
-        assert_eq!((h.status, h.body, h.keep_alive), (503, Some(9), false));
+        assert_eq!((h.status, h.body, h.keep_alive), (503, Framing::Length(9), false));
         // HTTP/1.0 closes unless told otherwise; a bare LF ends lines too.
         let h = head("HTTP/1.0 200 OK\ncontent-length: 0\n\n").unwrap().unwrap();
         assert_eq!((h.len, h.keep_alive), (35, false));
@@ -683,14 +825,92 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(h.keep_alive);
-        // A body of unknown length (chunked, or until close) is never waited for.
+        // Chunked (Envoy's admin) keeps the connection; a body that ends at
+        // the close, or another final coding, does not (RFC 9112 6.3).
         let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
             .unwrap()
             .unwrap();
-        assert_eq!((h.body, h.keep_alive), (None, false));
-        assert_eq!(head("HTTP/1.1 200 OK\r\n\r\n").unwrap().unwrap().body, None);
-        assert_eq!(head("HTTP/1.1 204 No Content\r\n\r\n").unwrap().unwrap().body, Some(0));
+        assert_eq!((h.body, h.keep_alive), (Framing::Chunked, true));
+        let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, gzip\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!((h.body, h.keep_alive), (Framing::UntilClose, false));
+        let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!((h.body, h.keep_alive), (Framing::Chunked, false), "both: not kept");
+        let h = head("HTTP/1.1 200 OK\r\n\r\n").unwrap().unwrap();
+        assert_eq!((h.body, h.keep_alive), (Framing::UntilClose, false));
+        let h = head("HTTP/1.1 204 No Content\r\n\r\n").unwrap().unwrap();
+        assert_eq!((h.body, h.keep_alive), (Framing::Length(0), true));
         assert!(head("HTTP/1.1 100 Continue\r\n\r\n").unwrap().unwrap().interim());
+    }
+
+    /// Feeds `body` cut at every place (and byte by byte): the same end, at
+    /// the same byte, whatever the segmentation.
+    fn ends_after(framing: Framing, body: &[u8]) -> Result<usize, ()> {
+        let whole = {
+            let mut b = Body::new(framing).unwrap();
+            b.feed(body)
+                .map_err(drop)
+                .and_then(|n| if b.done() { Ok(n) } else { Err(()) })
+        };
+        for cut in 0..=body.len() {
+            let mut b = Body::new(framing).unwrap();
+            let first = b.feed(&body[..cut]);
+            let split = first.map_err(drop).and_then(|n| {
+                if n < cut || b.done() {
+                    return if b.done() { Ok(n) } else { Err(()) };
+                }
+                let m = b.feed(&body[cut..]).map_err(drop)?;
+                if b.done() { Ok(n + m) } else { Err(()) }
+            });
+            assert_eq!(split, whole, "cut at {cut} of {:?}", String::from_utf8_lossy(body));
+        }
+        let mut b = Body::new(framing).unwrap();
+        let mut taken = 0;
+        for byte in body {
+            if b.done() {
+                break;
+            }
+            taken += b.feed(std::slice::from_ref(byte)).map_err(drop)?;
+        }
+        assert_eq!(if b.done() { Ok(taken) } else { Err(()) }, whole, "byte by byte");
+        whole
+    }
+
+    #[test]
+    fn a_chunked_body_is_read_to_its_end_in_any_segmentation() {
+        // Envoy 1.40's admin /ready: "LIVE\n" in one chunk, then the last.
+        let envoy = b"5\r\nLIVE\n\r\n0\r\n\r\n";
+        assert_eq!(ends_after(Framing::Chunked, envoy), Ok(envoy.len()));
+        let more = b"5\r\nLIVE\n\r\n0\r\n\r\nHTTP/1.1";
+        assert_eq!(ends_after(Framing::Chunked, more), Ok(envoy.len()), "stops at its end");
+        let ext_trailer = b"a;name=x\r\n0123456789\r\n0\r\nx-trailer: 1\r\n\r\n";
+        assert_eq!(ends_after(Framing::Chunked, ext_trailer), Ok(ext_trailer.len()));
+        let bare_lf = b"3\nabc\n0\n\n";
+        assert_eq!(ends_after(Framing::Chunked, bare_lf), Ok(bare_lf.len()));
+        for bad in [&b"x\r\n"[..], b"\r\n", b"3\r\nabcX", b"0\r\n\rX", b"10000\r\n"] {
+            assert_eq!(
+                ends_after(Framing::Chunked, bad),
+                Err(()),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let mut big = b"fff\r\n".to_vec();
+        big.extend([b'x'; 0xfff]);
+        big.extend(b"\r\nfff\r\n");
+        big.extend([b'x'; 0xfff]);
+        assert!(Body::new(Framing::Chunked).unwrap().feed(&big).is_err(), "over 4 KiB");
+    }
+
+    #[test]
+    fn a_content_length_body_is_read_to_its_end_in_any_segmentation() {
+        assert_eq!(ends_after(Framing::Length(5), b"LIVE\n"), Ok(5));
+        assert_eq!(ends_after(Framing::Length(3), b"abcdef"), Ok(3));
+        assert!(Body::new(Framing::Length(0)).unwrap().done());
+        assert!(Body::new(Framing::UntilClose).is_none());
     }
 
     #[test]

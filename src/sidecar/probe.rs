@@ -29,8 +29,14 @@
 //! `--request-timeout`). The races it guards against are `http`'s: a sidecar
 //! may close a kept connection even as a request goes out on it, so a GET
 //! that finds it closed before any answer is repeated once on a new
-//! connection within the same deadline (a GET is safe to repeat); a body
-//! that trails its head costs the connection (it is not reused), never a wait.
+//! connection within the same deadline (a GET is safe to repeat). The
+//! status counts as soon as the head is in; the body is read to its end as
+//! it arrives, whatever its framing (`content-length` or chunked, as
+//! Envoy's admin answers) and however it is cut into segments (Python's
+//! `http.server` writes the head and the body apart), and the connection is
+//! reused once it is all in. A body still owed when the next poll is due
+//! costs the connection, never a wait; so do one over 4 KiB, one that ends
+//! only at the close, and bytes nobody asked for.
 //!
 //! A host name is looked up on a thread of its own (getaddrinfo has no
 //! timeout), at most one per URL at a time and [`MAX_LOOKUPS`] in all: a
@@ -65,6 +71,9 @@ pub struct Probe<'e> {
     request: Vec<u8>,
     /// The connection the sidecar kept open after the last answer, idle.
     kept: Option<OwnedFd>,
+    /// What of the last answer's body has yet to arrive on `kept`: it is
+    /// read as it comes, and `kept` is reused only once it is all in.
+    owed: Option<http::Body>,
     /// The request under way.
     flight: Option<Flight>,
     /// Its answer so far (kept between requests, so a poll allocates nothing).
@@ -104,6 +113,7 @@ impl<'e> Probe<'e> {
             endpoint,
             request: endpoint.request(Method::GET),
             kept: None,
+            owed: None,
             flight: None,
             buf: Vec::new(),
             addrs: Vec::new(),
@@ -137,6 +147,10 @@ impl<'e> Probe<'e> {
             sent: 0,
             next: 0,
         };
+        // A body still owed when the next poll is due: the connection goes.
+        if self.owed.take().is_some() {
+            self.kept = None;
+        }
         if let Some(kept) = self.kept.take() {
             flight.socket = Some(kept);
             flight.reused = true;
@@ -176,14 +190,36 @@ impl<'e> Probe<'e> {
     /// What `interest` named is ready; the GET's result once it is known.
     pub fn ready(&mut self) -> Option<Result<u16, Failure>> {
         match &self.flight {
-            // Closed, or bytes nobody asked for: not worth a request.
             None => {
-                self.kept = None;
+                self.idle_readable();
                 None
             }
             Some(Flight { socket: None, .. }) => self.looked_up(),
             Some(f) if f.sent < self.request.len() => self.send(),
             Some(_) => self.receive(),
+        }
+    }
+
+    /// The kept connection is readable while idle: the rest of the last
+    /// body, read to its end; a close, or bytes nobody asked for, and the
+    /// connection goes.
+    fn idle_readable(&mut self) {
+        let (Some(kept), Some(owed)) = (&self.kept, &mut self.owed) else {
+            self.kept = None;
+            self.owed = None;
+            return;
+        };
+        self.buf.clear();
+        let whole = match read_some(kept.as_raw_fd(), &mut self.buf) {
+            Ok(None) => return,
+            Ok(Some(n)) if n > 0 => owed.feed(&self.buf).is_ok_and(|n| n == self.buf.len()),
+            _ => false,
+        };
+        if !whole {
+            self.kept = None;
+            self.owed = None;
+        } else if owed.done() {
+            self.owed = None;
         }
     }
 
@@ -306,10 +342,16 @@ impl<'e> Probe<'e> {
                 buf.drain(..head.len);
                 continue;
             }
-            let open = take_arrived(socket, buf, head.len + head.body.unwrap_or(0));
-            let reusable = open && head.keep_alive && head.body == Some(buf.len() - head.len);
-            if reusable {
+            // The status is known now; the body may follow in later
+            // segments. The connection is kept while its body is read to its
+            // end (`owed`), and reused only once it is all in.
+            let body = head.body;
+            if head.keep_alive
+                && let Some(mut owed) = http::Body::new(body)
+                && owed.feed(&buf[head.len..]).is_ok_and(|n| n == buf.len() - head.len)
+            {
                 self.kept = flight.socket.take();
+                self.owed = (!owed.done()).then_some(owed);
             }
             return self.finish(Ok(head.status));
         }
@@ -567,17 +609,4 @@ fn read_some(socket: RawFd, buf: &mut Vec<u8>) -> io::Result<Option<usize>> {
     } else {
         Err(error)
     }
-}
-
-/// Reads what has already arrived, never waiting, until `buf` holds `want`
-/// bytes; false if the stream ended or broke (the connection is not reused).
-fn take_arrived(socket: RawFd, buf: &mut Vec<u8>, want: usize) -> bool {
-    while buf.len() < want && want - buf.len() <= http::MAX_BODY {
-        match read_some(socket, buf) {
-            Ok(None) => return true,
-            Ok(Some(0)) | Err(_) => return false,
-            Ok(Some(_)) => {}
-        }
-    }
-    true
 }

@@ -38,6 +38,12 @@ pub enum Reply {
     /// Sends the head of an answer with this status at once and its body
     /// only after [`FakeSidecar::release_bodies`].
     HeldBody(u16),
+    /// Answers with `transfer-encoding: chunked`, as Envoy's admin does:
+    /// the head, then each chunk and the last chunk in writes of their own.
+    Chunked(u16),
+    /// Writes the head and the body apart, 2 ms between, as Python's
+    /// `http.server` does (`send_header`s, then `wfile.write`).
+    Split(u16),
 }
 
 /// What the fake does with a connection after answering on it.
@@ -384,7 +390,12 @@ fn answer(stream: &mut TcpStream, shared: &Shared, port: u16, id: usize) -> bool
             replies[0].clone()
         };
         let code = match reply {
-            Reply::Status(code) | Reply::Body(code, _) | Reply::Late(_, code) | Reply::HeldBody(code) => code,
+            Reply::Status(code)
+            | Reply::Body(code, _)
+            | Reply::Late(_, code)
+            | Reply::HeldBody(code)
+            | Reply::Chunked(code)
+            | Reply::Split(code) => code,
             _ => 0,
         };
         if method == "POST" && path == state.quit_path && (200..300).contains(&code) {
@@ -430,6 +441,24 @@ fn answer(stream: &mut TcpStream, shared: &Shared, port: u16, id: usize) -> bool
         Reply::Late(ms, code) => {
             thread::sleep(Duration::from_millis(ms));
             http::respond_with(stream, &format!("{code} X"), b"OK", close);
+            true
+        }
+        Reply::Chunked(code) => {
+            let connection = if close { "connection: close\r\n" } else { "" };
+            let head = format!("HTTP/1.1 {code} X\r\ntransfer-encoding: chunked\r\n{connection}\r\n");
+            // Each write its own segment, as from Envoy (TCP_NODELAY).
+            let _ = stream.set_nodelay(true);
+            for part in [head.as_str(), "5\r\nLIVE\n\r\n", "0\r\n\r\n"] {
+                let _ = stream.write_all(part.as_bytes());
+            }
+            true
+        }
+        Reply::Split(code) => {
+            let body = b"not ready";
+            let _ = stream.set_nodelay(true);
+            let _ = stream.write_all(http::head(&format!("{code} X"), body.len(), close).as_bytes());
+            thread::sleep(Duration::from_millis(2));
+            let _ = stream.write_all(body);
             true
         }
         Reply::HeldBody(code) => {
