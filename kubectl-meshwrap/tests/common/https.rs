@@ -90,7 +90,7 @@ impl Webhook {
         let dir = temp_dir(name);
         std::fs::write(dir.join("tls.crt"), cert).unwrap();
         std::fs::write(dir.join("tls.key"), key).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubectl-meshwrap"));
+        let mut cmd = Command::new(super::bin());
         cmd.arg("webhook")
             .arg("--tls-cert")
             .arg(dir.join("tls.crt"))

@@ -17,8 +17,21 @@ pub struct Run {
     pub stderr: String,
 }
 
+/// The kubectl-meshwrap binary under test: cargo's build, or the one
+/// KUBECTL_MESHWRAP_TEST_BIN names (.ci/run runs the inject, fn, webhook and
+/// manifests tests again on the shipped static musl one .ci/release built).
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_kubectl-meshwrap")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| match std::env::var("KUBECTL_MESHWRAP_TEST_BIN") {
+        Ok(bin) => {
+            assert!(
+                std::path::Path::new(&bin).is_file(),
+                "KUBECTL_MESHWRAP_TEST_BIN={bin} is not a file"
+            );
+            bin
+        }
+        Err(_) => env!("CARGO_BIN_EXE_kubectl-meshwrap").to_string(),
+    })
 }
 
 pub fn kubectl_meshwrap<S: AsRef<str>>(args: &[S], stdin: &str) -> Run {
