@@ -663,7 +663,22 @@ fn progress_line(
             board.pending(ready)
         )
     );
+    // A sidecar that answers, but 404 for a whole minute, is there: the
+    // path is what is wrong, and waiting out --timeout will not fix it.
+    for url in board.not_found(ready, NOT_FOUND_HINT_AFTER) {
+        log!(
+            Warn,
+            "the ready URL has answered 404 Not Found for over a minute: its path is likely wrong (check --ready-url, or the preset's port and path in docs/meshwrap.md)",
+            url = url
+        );
+    }
 }
+
+/// How long a ready URL has answered only 404 when a progress line says
+/// its path is likely wrong: from the one-minute line on (the first polls
+/// come a moment after the wait starts, so a minute's streak is a little
+/// under a minute there).
+const NOT_FOUND_HINT_AFTER: std::time::Duration = std::time::Duration::from_secs(50);
 
 /// Starts the command; on failure, meshwrap's exit code for it (126, 127).
 fn spawn_command(config: &Config) -> Result<supervise::Child, u8> {

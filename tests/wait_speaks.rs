@@ -156,3 +156,23 @@ fn no_termination_log_is_created_where_none_is_mounted() {
         .assert_code(125);
     assert!(!log.exists(), "meshwrap created {}", log.display());
 }
+
+/// A ready URL that answers, but only 404, is there with a wrong path:
+/// after its first minute the wait says so (and not before).
+#[test]
+fn a_ready_url_answering_404_for_a_minute_is_said_to_have_a_wrong_path() {
+    let sidecar = FakeSidecar::ready();
+    sidecar.set_ready(&[Reply::Status(404)]);
+    let mut mw = wrapped(&sidecar).args(["--timeout", "2m", "true"]).spawn();
+    let minute = std::time::Duration::from_secs(80);
+    mw.wait_stderr_within("still waiting for the sidecar after 30s", minute);
+    mw.wait_stderr_within("still waiting for the sidecar after 1m", minute);
+    let line = mw.wait_stderr("answered 404 Not Found for over a minute: its path is likely wrong");
+    assert!(line.contains(&sidecar.ready_url()), "{line}");
+    mw.signal(libc::SIGTERM);
+    let run = mw.finish();
+    run.assert_code(143);
+    let hint_at = run.stderr.find("path is likely wrong").unwrap();
+    let minute_at = run.stderr.find("still waiting for the sidecar after 1m").unwrap();
+    assert!(hint_at > minute_at, "not said before the first minute:\n{}", run.stderr);
+}

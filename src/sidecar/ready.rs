@@ -193,6 +193,8 @@ pub struct Board {
     last: Vec<RefCell<String>>,
     /// Some URL answered something other than a refusal.
     answered: Cell<bool>,
+    /// Per URL: since when it has answered 404 without a break.
+    not_found_since: Vec<Cell<Option<Instant>>>,
 }
 
 impl Board {
@@ -200,7 +202,19 @@ impl Board {
         Board {
             last: (0..endpoints).map(|_| RefCell::new("no answer yet".into())).collect(),
             answered: Cell::new(false),
+            not_found_since: (0..endpoints).map(|_| Cell::new(None)).collect(),
         }
+    }
+
+    /// The URLs that have answered nothing but 404 for at least `for_at_least`.
+    pub fn not_found<'e>(&self, endpoints: &'e [Endpoint], for_at_least: Duration) -> Vec<&'e str> {
+        let now = Instant::now();
+        endpoints
+            .iter()
+            .zip(&self.not_found_since)
+            .filter(|(_, since)| since.get().is_some_and(|at| now.duration_since(at) >= for_at_least))
+            .map(|(e, _)| e.url.as_str())
+            .collect()
     }
 
     /// `URL (last: ANSWER)` for every URL not ready yet, comma-separated.
@@ -402,6 +416,12 @@ impl<'e> Wait<'e> {
                 matches!(failure, Failure::Closed | Failure::Garbage(_)),
             ),
         };
+        let since = &board.not_found_since[i];
+        if now_seen != Seen::Status(404) {
+            since.set(None);
+        } else if since.get().is_none() {
+            since.set(Some(now));
+        }
         // An answer, or a connection that was taken and closed or garbled.
         if now_seen.answered() {
             board.answered.set(true);

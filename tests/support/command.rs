@@ -174,11 +174,21 @@ impl Running {
 
     /// Waits for a line on `stream` that is `text` (`exact`) or contains it; returns it.
     pub fn wait_for(&mut self, stream: Stream, text: &str, exact: bool) -> String {
+        self.wait_for_within(stream, text, exact, BOUND)
+    }
+
+    /// A log line containing `text`, waited for up to `bound` (for what
+    /// meshwrap says only after a minute).
+    pub fn wait_stderr_within(&mut self, text: &str, bound: Duration) -> String {
+        self.wait_for_within(Stream::Stderr, text, false, bound)
+    }
+
+    fn wait_for_within(&mut self, stream: Stream, text: &str, exact: bool, bound: Duration) -> String {
         let matches = |s: Stream, line: &str| s == stream && (line == text || (!exact && line.contains(text)));
         if let Some(i) = self.unmatched.iter().position(|(s, line)| matches(*s, line)) {
             return self.unmatched.remove(i).1;
         }
-        let deadline = Instant::now() + BOUND;
+        let deadline = Instant::now() + bound;
         loop {
             match self
                 .lines
@@ -187,7 +197,7 @@ impl Running {
                 Ok((s, line)) if matches(s, &line) => return line,
                 Ok(other) => self.unmatched.push(other),
                 Err(RecvTimeoutError::Timeout) => {
-                    self.fail(&format!("no {stream:?} line matching {text:?} within {BOUND:?}"))
+                    self.fail(&format!("no {stream:?} line matching {text:?} within {bound:?}"))
                 }
                 Err(RecvTimeoutError::Disconnected) => self.fail(&format!(
                     "the process closed {stream:?} before printing a line matching {text:?}"
@@ -240,11 +250,14 @@ impl Running {
     /// Waits (bounded) for the process to exit and returns everything it printed.
     pub fn finish(mut self) -> Run {
         self.stdin = None;
+        // BOUND from the start, and a few seconds from now for a test that
+        // let it run longer on purpose (a wait that speaks after a minute).
+        let deadline = (self.started + BOUND).max(Instant::now() + Duration::from_secs(5));
         let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 break status;
             }
-            if self.started.elapsed() > BOUND {
+            if Instant::now() > deadline {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
                 self.fail(&format!("still running after {BOUND:?}; killed"));
