@@ -288,7 +288,7 @@ fn kube_version(s: &str) -> Result<(u32, u32), String> {
 /// Where `manifests` installs the webhook unless told otherwise.
 pub const NAMESPACE: &str = "meshwrap-system";
 
-fn duration(s: &str) -> Result<String, String> {
+pub(crate) fn duration(s: &str) -> Result<String, String> {
     meshwrap::duration::parse(s)
         .map(|_| s.to_string())
         .ok_or_else(|| "a duration such as 90s, 10m or 1h".to_string())
@@ -346,7 +346,7 @@ fn percent(s: &str) -> Result<u8, String> {
     }
 }
 
-fn sidecar(s: &str) -> Result<String, String> {
+pub(crate) fn sidecar(s: &str) -> Result<String, String> {
     let s = s.trim();
     if s.eq_ignore_ascii_case("auto") {
         return Ok(s.to_string());

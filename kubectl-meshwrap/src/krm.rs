@@ -26,9 +26,45 @@ fn severity(v: Verdict) -> &'static str {
     }
 }
 
+/// The keys a functionConfig's `data` or `spec` may hold, as the flags of
+/// the same names take them.
+const KEYS: [&str; 10] = [
+    "image",
+    "sidecar",
+    "timeout",
+    "quitPolicy",
+    "delivery",
+    "mesh",
+    "native",
+    "runAsUser",
+    "resources",
+    "strict",
+];
+
+/// A key of the functionConfig the function does not take is an error that
+/// names it and the closest key it does take: an ignored `timout` would
+/// leave the pods with the default.
+fn unknown_keys(config: Option<&Value>) -> Result<(), String> {
+    for section in ["data", "spec"] {
+        let Some(fields) = config.and_then(|c| c.get(section)).and_then(Value::as_object) else {
+            continue;
+        };
+        if let Some(key) = fields.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            let closest = crate::closest(key, &KEYS);
+            return Err(format!(
+                "functionConfig: {section}.{key} is not a key the function takes{}; it takes {}",
+                closest.map_or(String::new(), |c| format!(" (did you mean {c}?)")),
+                KEYS.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Options from the functionConfig, over `flags`.
 fn options(list: &Value, flags: &Options) -> Result<(Options, bool), String> {
     let config = list.get("functionConfig");
+    unknown_keys(config)?;
     let field = |name: &str| {
         config
             .and_then(|c| {
@@ -51,9 +87,26 @@ fn options(list: &Value, flags: &Options) -> Result<(Options, bool), String> {
             "functionConfig: image is required (the meshwrap image, e.g. registry.example.com/meshwrap:0.1.0)".into(),
         );
     }
-    opts.sidecar = field("sidecar").or(opts.sidecar);
-    opts.timeout = field("timeout").or(opts.timeout);
-    opts.quit_policy = field("quitPolicy").or(opts.quit_policy);
+    // Checked here as the flags are, so a bad value is this one line, not
+    // a skip that blames an annotation the user never wrote.
+    if let Some(sidecar) = field("sidecar") {
+        for item in sidecar.split(',') {
+            crate::cli::sidecar(item).map_err(|why| format!("functionConfig: sidecar \"{item}\": {why}"))?;
+        }
+        opts.sidecar = Some(sidecar);
+    }
+    if let Some(timeout) = field("timeout") {
+        crate::cli::duration(&timeout).map_err(|why| format!("functionConfig: timeout \"{timeout}\" is not {why}"))?;
+        opts.timeout = Some(timeout);
+    }
+    if let Some(policy) = field("quitPolicy") {
+        if !["always", "on-success", "never"].contains(&policy.as_str()) {
+            return Err(format!(
+                "functionConfig: quitPolicy \"{policy}\" is not always, on-success or never"
+            ));
+        }
+        opts.quit_policy = Some(policy);
+    }
     if let Some(d) = field("delivery") {
         opts.delivery = match d.as_str() {
             "init-container" => Delivery::InitContainer,
@@ -66,7 +119,11 @@ fn options(list: &Value, flags: &Options) -> Result<(Options, bool), String> {
         };
     }
     pod_fit(&field, &mut opts)?;
-    let strict = field("strict").is_some_and(|s| s == "true");
+    let strict = match field("strict").as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => return Err(format!("functionConfig: strict \"{other}\" is not true or false")),
+    };
     Ok((opts, strict))
 }
 

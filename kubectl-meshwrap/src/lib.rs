@@ -28,3 +28,45 @@ pub fn say(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "kubectl-meshwrap: {line}");
 }
+
+/// The one of `known` nearest to `word` (by edits, any case), if it is
+/// near enough to be a slip of the keys: a third of its length, at least 2.
+pub fn closest<'k>(word: &str, known: &[&'k str]) -> Option<&'k str> {
+    let word = word.to_ascii_lowercase();
+    let (distance, best) = known
+        .iter()
+        .map(|k| (edits(&word, &k.to_ascii_lowercase()), *k))
+        .min_by_key(|(d, _)| *d)?;
+    (distance <= (word.len() / 3).max(2)).then_some(best)
+}
+
+/// Levenshtein distance over bytes.
+fn edits(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.bytes().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::closest;
+
+    #[test]
+    fn a_slip_names_the_key_meant_and_a_stranger_names_none() {
+        let keys = ["timeout", "quitPolicy", "sidecar", "image"];
+        assert_eq!(closest("timout", &keys), Some("timeout"));
+        assert_eq!(closest("quitpolicy", &keys), Some("quitPolicy"));
+        assert_eq!(closest("quit-policy", &keys), Some("quitPolicy"));
+        assert_eq!(closest("imgae", &keys), Some("image"));
+        assert_eq!(closest("replicas", &keys), None);
+    }
+}

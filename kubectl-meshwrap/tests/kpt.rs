@@ -90,3 +90,59 @@ fn kpt_fn_eval_exec_runs_the_krm_function_and_writes_what_inject_writes() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A functionConfig value the function would not take, or a key it does not
+/// know, is one line naming it, kpt fails and nothing is written: before,
+/// `timeout=5x` left the Job unwrapped with a skip blaming an annotation,
+/// and `timout=5m` was ignored.
+#[test]
+fn kpt_fn_eval_refuses_a_bad_or_unknown_config_key_by_name() {
+    let found = kpt();
+    if !have(
+        found.is_some(),
+        "kpt: not on PATH nor at /usr/lib/google-cloud-sdk/bin/kpt (set KPT=PATH)",
+    ) {
+        return;
+    }
+    let kpt = found.unwrap();
+    let source = repo().join("examples/unwrapped/kubernetes/job-init-container.yaml");
+    for (setting, says) in [
+        (
+            "timeout=5x",
+            "functionConfig: timeout \"5x\" is not a duration such as 90s, 10m or 1h",
+        ),
+        (
+            "timout=5m",
+            "functionConfig: data.timout is not a key the function takes (did you mean timeout?)",
+        ),
+        (
+            "quitPolicy=sometimes",
+            "functionConfig: quitPolicy \"sometimes\" is not always, on-success or never",
+        ),
+        ("sidecar=istoi", "functionConfig: sidecar \"istoi\""),
+        ("strict=yes", "functionConfig: strict \"yes\" is not true or false"),
+    ] {
+        let dir = temp_dir("kpt-bad-config");
+        std::fs::copy(&source, dir.join("job.yaml")).unwrap();
+        let out = Command::new(&kpt)
+            .args(["fn", "eval"])
+            .arg(&dir)
+            .args(["--exec", bin(), "--", &format!("image={IMAGE}"), setting])
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "{setting}: {said}");
+        // kpt quotes the function's stderr, escaping its quotes.
+        assert!(said.replace("\\\"", "\"").contains(says), "{setting}: {said}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("job.yaml")).unwrap(),
+            std::fs::read_to_string(&source).unwrap(),
+            "{setting}: nothing written"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
