@@ -430,6 +430,7 @@ pub fn meshes_at(doc: &Value, place: &Place, opts: &Options) -> Vec<&'static str
 fn decide<'a>(doc: &'a Value, place: &'a Place, opts: &Options) -> Result<(Pod<'a>, Decision<'a>), Outcome> {
     let pod = Pod::at(doc, place)?;
     refusal(&pod)?;
+    meshwrap_keys(&pod)?;
     let found = meshes(&pod, opts);
     let native_notes = native_instead(&pod, opts, &found)?;
     let candidates = candidates(&pod)?;
@@ -583,6 +584,56 @@ fn refusal(pod: &Pod) -> Result<(), Outcome> {
     };
     if windows(pod.spec) || windows(pod.pod_level()) {
         return Err(skip("windows", "a Windows pod: meshwrap is a Linux binary"));
+    }
+    Ok(())
+}
+
+/// The `meshwrap.io/` annotations a pod template may carry; as a label,
+/// only the opt-in and opt-out.
+const POD_KEYS: [&str; 10] = [
+    STATUS,
+    CONTAINER,
+    QUIT_POLICY,
+    IMAGE,
+    TIMEOUT,
+    SIDECAR,
+    RUN_AS_USER,
+    RESOURCES,
+    NATIVE,
+    INJECT,
+];
+
+/// Every `meshwrap.io/` key on the pod is one meshwrap reads, and its
+/// opt-in or opt-out is `true` or `false`: a misspelt key (`quitpolicy`,
+/// `timout`) or an opt-out of `"no"` would otherwise be ignored and the pod
+/// wrapped with the defaults. Either is a skip naming the key (and the
+/// closest known one); the webhook admits such a pod unwrapped, with the
+/// reason as a Warning Event.
+fn meshwrap_keys(pod: &Pod) -> Result<(), Outcome> {
+    for (field, known) in [("annotations", &POD_KEYS[..]), ("labels", &[INJECT][..])] {
+        let Some(map) = pod.meta.and_then(|m| m.get(field)).and_then(Value::as_object) else {
+            continue;
+        };
+        for (name, value) in map.iter().filter(|(k, _)| k.starts_with("meshwrap.io/")) {
+            if !known.contains(&name.as_str()) {
+                let near = crate::closest(name, known).map_or(String::new(), |k| format!(" (did you mean {k}?)"));
+                let place = &field[..field.len() - 1];
+                return Err(skip(
+                    "bad-annotation",
+                    format!(
+                        "{name}: not a meshwrap.io/ {place} meshwrap reads{near}; it reads {}",
+                        known.join(", ")
+                    ),
+                ));
+            }
+            let switch = matches!(value, Value::Bool(_)) || matches!(value.as_str(), Some("true" | "false"));
+            if name == INJECT && !switch {
+                return Err(skip(
+                    "bad-annotation",
+                    format!("{INJECT}: {value} is not \"true\" or \"false\" (\"false\" leaves the pod alone)"),
+                ));
+            }
+        }
     }
     Ok(())
 }

@@ -267,7 +267,7 @@ fn as_a_krm_function_it_injects_the_items_and_reports_results() {
 
 #[test]
 fn a_krm_function_without_an_image_says_so_in_one_line() {
-    let list = RESOURCE_LIST.replace("    image: registry.example.com/meshwrap:0.1.0\n", "    other: x\n");
+    let list = RESOURCE_LIST.replace("    image: registry.example.com/meshwrap:0.1.0\n", "    timeout: 5m\n");
     let run = kubectl_meshwrap(&["fn"], &list);
     assert_eq!(run.code, 1);
     assert!(
