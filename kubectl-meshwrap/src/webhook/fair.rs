@@ -72,8 +72,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use tokio::sync::Notify;
 
@@ -81,8 +82,13 @@ use tokio::sync::Notify;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
     V4(u32),
-    /// The upper 64 bits of an IPv6 address: its /64.
-    V6(u64),
+    /// A whole IPv6 address, not its /64: a /64 is a node subnet shared
+    /// by the API server's own addresses on clouds such as EKS, and a
+    /// source's share counted over it would be anyone's in that subnet to
+    /// take (see the module's notes). The side taken: the API server let
+    /// in, at the cost of a tenant with many addresses counting as many
+    /// sources.
+    V6(u128),
 }
 
 impl Source {
@@ -93,7 +99,7 @@ impl Source {
             IpAddr::V4(v4) => Source::V4(u32::from(v4)),
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
                 Some(v4) => Source::V4(u32::from(v4)),
-                None => Source::V6((u128::from(v6) >> 64) as u64),
+                None => Source::V6(u128::from(v6)),
             },
         }
     }
@@ -117,6 +123,9 @@ pub enum Phase {
     Handshake,
     /// After its handshake, before its first request arrived whole.
     Request,
+    /// A kept-alive connection between requests (its source's own newcomer
+    /// only: see [`Fair::admit`]).
+    Idle,
 }
 
 /// The caps: open connections, handshakes under way, and the share of
@@ -142,7 +151,24 @@ struct Conn {
     /// Its socket, to see whether it waits on its client or on us; -1 once
     /// the connection is going (or in tests without one).
     fd: AtomicI32,
+    /// While it is idle between requests, its key among its source's idle
+    /// connections (when it became idle); [`NOT_IDLE`] otherwise. Written
+    /// under the table's lock.
+    since: AtomicU64,
+    /// When its handshake ended, in ms of [`Fair::now`]; `u64::MAX` before.
+    set_up: AtomicU64,
 }
+
+/// [`Conn::since`] of a connection that is not idle.
+const NOT_IDLE: u64 = u64::MAX;
+
+/// How long after its handshake a connection's first request may take
+/// before the connection counts as slow for its own source's newcomer
+/// (see [`Table::own_victim`]): an API server writes its request with the
+/// handshake's last message, so a connection that has sent nothing whole
+/// this long after is the slow one. Below it, a connection still being set
+/// up gives way to its source's newcomer only after the idle ones.
+const SETUP_GRACE_MS: u64 = 20;
 
 impl Conn {
     /// Whether bytes its client sent wait unread in the kernel: then the
@@ -163,6 +189,16 @@ impl Conn {
         let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut unread) };
         r == 0 && unread > 0
     }
+
+    fn new() -> Conn {
+        Conn {
+            evicted: AtomicBool::new(false),
+            wake: Notify::new(),
+            fd: AtomicI32::new(-1),
+            since: AtomicU64::new(NOT_IDLE),
+            set_up: AtomicU64::new(u64::MAX),
+        }
+    }
 }
 
 /// How many candidates the choice of a victim looks at, at most.
@@ -177,6 +213,11 @@ struct Holding {
     /// The candidates: connections that may give way (in their handshake
     /// or first request), oldest first.
     candidates: BTreeMap<u64, Arc<Conn>>,
+    /// Kept-alive connections idle between requests (their answer flushed,
+    /// nothing of a next request read), by when they became idle, oldest
+    /// first: the id and the connection. They give way only to a newcomer
+    /// of their own source at its share.
+    idle: BTreeMap<u64, (u64, Arc<Conn>)>,
 }
 
 impl Holding {
@@ -211,12 +252,24 @@ pub struct Fair {
     table: Mutex<Table>,
     /// Told when an evicted connection's task has ended.
     ended: Notify,
+    /// Told when a handshake slot is given back (not taken over by a
+    /// newcomer): the accept loop then admits a connection that waits for
+    /// one ([`super::waiting`]).
+    freed: Notify,
+    /// Connections accepted that wait for a handshake slot (the accept
+    /// loop's count, shown in `/metrics`).
+    waiting: AtomicUsize,
+    /// The clock of [`Conn::set_up`].
+    epoch: Instant,
+    /// [`SETUP_GRACE_MS`], or another in tests.
+    grace_ms: u64,
 }
 
-/// A connection admitted, and the one that gave way for it, if any.
+/// A connection admitted, and those that gave way for it (at most two: a
+/// connection slot of its own source's, and a handshake slot).
 pub struct Admitted {
     pub ticket: Ticket,
-    pub evicted: Option<Phase>,
+    pub evicted: Vec<Phase>,
 }
 
 /// One admitted connection's place in the table; released when dropped.
@@ -236,19 +289,42 @@ pub struct Counts {
     pub handshaking: usize,
     /// Sources holding a connection: the table's entries.
     pub sources: usize,
+    /// Accepted, waiting for a handshake slot.
+    pub waiting: usize,
+}
+
+/// A connection chosen to give way.
+struct Victim {
+    source: Source,
+    id: u64,
+    conn: Arc<Conn>,
+    handshaking: bool,
 }
 
 impl Fair {
     pub fn new(caps: Caps) -> Arc<Fair> {
+        Fair::with_grace(caps, SETUP_GRACE_MS)
+    }
+
+    fn with_grace(caps: Caps, grace_ms: u64) -> Arc<Fair> {
         Arc::new(Fair {
             caps,
             table: Mutex::new(Table::default()),
             ended: Notify::new(),
+            freed: Notify::new(),
+            waiting: AtomicUsize::new(0),
+            epoch: Instant::now(),
+            grace_ms,
         })
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Milliseconds since the table was made.
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
     }
 
     pub fn counts(&self) -> Counts {
@@ -257,7 +333,13 @@ impl Fair {
             open: t.open,
             handshaking: t.handshaking,
             sources: t.sources.len(),
+            waiting: self.waiting.load(Ordering::Relaxed),
         }
+    }
+
+    /// The accept loop's count of connections waiting for a handshake slot.
+    pub fn set_waiting(&self, waiting: usize) {
+        self.waiting.store(waiting, Ordering::Relaxed);
     }
 
     /// Waits until fewer than `--max-handshakes` evicted connections are
@@ -277,35 +359,66 @@ impl Fair {
         }
     }
 
-    /// A slot for a connection just accepted from `ip`, or why it is
-    /// refused. When the server is full and another source holds more
-    /// candidates than the newcomer's, the heaviest's oldest gives way (it
-    /// is told through its [`Ticket::evicted`]).
+    /// Resolves when a handshake slot has been given back since the last
+    /// time it resolved (a permit is kept if nobody was waiting).
+    pub async fn freed(&self) {
+        self.freed.notified().await;
+    }
+
+    /// Of connections waiting from `ips`, the one to try first: the one
+    /// whose source holds the fewest handshakes (among equals, the first),
+    /// so that a freed slot goes to a source that holds few of them
+    /// rather than to one whose handshakes hold every slot.
+    pub fn lightest(&self, ips: impl Iterator<Item = IpAddr>) -> Option<usize> {
+        let t = self.lock();
+        ips.enumerate()
+            .min_by_key(|(i, ip)| {
+                let held = t.sources.get(&Source::of(*ip)).map_or(0, |h| h.handshakes.len());
+                (held, *i)
+            })
+            .map(|(i, _)| i)
+    }
+
+    /// A slot for a connection just accepted from `ip`, or why it is not
+    /// let in now. A connection slot is free, or its source is at its
+    /// share and its own oldest slow or idle connection gives way, or the
+    /// server is full and another source's gives way; a handshake slot is
+    /// free, or another source's gives way. `Refused::Handshakes` means
+    /// only a handshake slot is missing: the connection may wait for one
+    /// (the accept loop keeps it, [`super::waiting`]). Nothing is evicted
+    /// unless the newcomer gets in (each one evicted is told through its
+    /// [`Ticket::evicted`]).
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admitted, Refused> {
         let source = Source::of(ip);
         let mut t = self.lock();
         let held = t.held(source);
-        self.within_share(held.connections)?;
-        let mut evicted = None;
-        if t.handshaking >= self.caps.handshakes {
-            let victim = (t.dying < self.caps.handshakes)
-                .then(|| t.handshake_victim(source, held.handshakes))
-                .flatten()
-                .ok_or(Refused::Handshakes)?;
-            evicted = Some(t.evict(victim));
+        let room = self.caps.handshakes.saturating_sub(t.dying);
+        let mut slot = None;
+        if held.connections >= self.caps.per_source(self.caps.connections) {
+            // At its share. The side taken: the API server let in. Whoever
+            // shares its address cannot hold its share against it with
+            // connections that are slow or idle: the newcomer, the youngest,
+            // takes the place of its source's own oldest such (never one
+            // answering). Refused only when every one is answering.
+            let own = (room > 0).then(|| t.own_victim(source, self.now(), self.grace_ms));
+            slot = Some(own.flatten().ok_or_else(|| self.share_refusal())?);
+        } else if t.open >= self.caps.connections && t.handshaking < self.caps.handshakes {
+            let other = (room > 0).then(|| t.connection_victim(source, held.candidates));
+            slot = Some(other.flatten().ok_or(Refused::Connections)?);
         }
-        if t.open >= self.caps.connections {
-            let victim = (t.dying < self.caps.handshakes)
-                .then(|| t.connection_victim(source, held.candidates))
-                .flatten()
-                .ok_or(Refused::Connections)?;
-            evicted = Some(t.evict(victim));
+        let mut handshake = None;
+        if t.handshaking >= self.caps.handshakes && !slot.as_ref().is_some_and(|v| v.handshaking) {
+            // A handshake slot held by another source gives way, as before
+            // (a flood of slow handshakes from a few addresses cannot shut
+            // the others out); if none does, the newcomer is not refused
+            // but waits for one: an API server whose pool is cold dials
+            // more at once than there are slots, all from one address.
+            let needed = 1 + usize::from(slot.is_some());
+            let other = (room >= needed).then(|| t.handshake_victim(source, held.handshakes));
+            handshake = Some(other.flatten().ok_or(Refused::Handshakes)?);
         }
-        let conn = Arc::new(Conn {
-            evicted: AtomicBool::new(false),
-            wake: Notify::new(),
-            fd: AtomicI32::new(-1),
-        });
+        let evicted = [slot, handshake].into_iter().flatten().map(|v| t.evict(v)).collect();
+        let conn = Arc::new(Conn::new());
         let id = t.add(source, conn.clone());
         drop(t);
         let ticket = Ticket {
@@ -318,15 +431,12 @@ impl Fair {
         Ok(Admitted { ticket, evicted })
     }
 
-    /// Refuses a source that holds its share of the connection slots. At a
-    /// share of 100% that is the cap itself, and named so. (Handshakes are
-    /// shared by eviction only: see the module's notes.)
-    fn within_share(&self, connections: usize) -> Result<(), Refused> {
-        let most = self.caps.per_source(self.caps.connections);
-        match connections >= most {
-            false => Ok(()),
-            true if most >= self.caps.connections => Err(Refused::Connections),
-            true => Err(Refused::SourceShare),
+    /// Why a source at its share with nothing to give way is refused: at a
+    /// share of 100% that is the cap itself, and named so.
+    fn share_refusal(&self) -> Refused {
+        match self.caps.per_source(self.caps.connections) >= self.caps.connections {
+            true => Refused::Connections,
+            false => Refused::SourceShare,
         }
     }
 }
@@ -342,7 +452,7 @@ struct Held {
 /// holds `newcomer`: it must hold two more, so the swap leaves the shares
 /// more even (two sources cannot take turns evicting each other), except
 /// that a source holding nothing may take from one holding a single slot.
-fn gives_way(held: usize, newcomer: usize) -> bool {
+pub(super) fn gives_way(held: usize, newcomer: usize) -> bool {
     held > newcomer + usize::from(newcomer > 0)
 }
 
@@ -374,24 +484,72 @@ impl Table {
         id
     }
 
+    /// The connection of `source` that gives way to its own newcomer when
+    /// it is at its share, the first of these not [`Conn::waiting_on_us`]
+    /// (at most [`PROBES`] looked at):
+    /// 1. one whose handshake ended more than `grace_ms` ago and whose first
+    ///    request has not arrived whole (slow), oldest first;
+    /// 2. one idle between requests, the longest idle first (an API
+    ///    server's client reuses its most recently used connection first:
+    ///    Go's net/http `queueForIdleConn` takes the idle list's last);
+    /// 3. the rest of its candidates, oldest first: those just set up, then
+    ///    handshakes.
+    ///
+    /// Never one answering a request, nor a kept connection whose next
+    /// request has begun to arrive: an API server that wrote a request on a
+    /// kept connection does not send it again (see the module's notes).
+    /// The order takes the API server's side: a connection of its own that
+    /// is being set up is cut only after every slow or idle one.
+    fn own_victim(&self, source: Source, now: u64, grace_ms: u64) -> Option<Victim> {
+        let h = self.sources.get(&source)?;
+        let slow =
+            |id: &u64, c: &Conn| !h.handshakes.contains(id) && c.set_up.load(Ordering::Relaxed) + grace_ms <= now;
+        let first = h.candidates.iter().filter(|(id, c)| slow(id, c));
+        let idle = h.idle.values().map(|(id, c)| (id, c));
+        let rest = h.candidates.iter().filter(|(id, c)| !slow(id, c));
+        let (id, conn) = first
+            .chain(idle)
+            .chain(rest)
+            .take(PROBES)
+            .find(|(_, c)| !c.waiting_on_us())?;
+        Some(Victim {
+            source,
+            id: *id,
+            conn: conn.clone(),
+            handshaking: h.handshakes.contains(id),
+        })
+    }
+
     /// The oldest handshake of the source holding the most handshakes, if it
     /// [`gives_way`] to the newcomer's `held`.
-    fn handshake_victim(&self, newcomer: Source, held: usize) -> Option<(Source, u64)> {
-        self.victim(
+    fn handshake_victim(&self, newcomer: Source, held: usize) -> Option<Victim> {
+        let victim = self.victim(
             newcomer,
             |h| gives_way(h.handshakes.len(), held).then_some(h.handshakes.len()),
             true,
-        )
+        );
+        victim.map(|(source, id)| self.candidate(source, id))
     }
 
     /// The oldest candidate of the source holding the most candidates, if
     /// it [`gives_way`] to the newcomer's `held`.
-    fn connection_victim(&self, newcomer: Source, held: usize) -> Option<(Source, u64)> {
-        self.victim(
+    fn connection_victim(&self, newcomer: Source, held: usize) -> Option<Victim> {
+        let victim = self.victim(
             newcomer,
             |h| gives_way(h.candidates.len(), held).then_some(h.candidates.len()),
             false,
-        )
+        );
+        victim.map(|(source, id)| self.candidate(source, id))
+    }
+
+    fn candidate(&self, source: Source, id: u64) -> Victim {
+        let h = &self.sources[&source];
+        Victim {
+            source,
+            id,
+            conn: h.candidates[&id].clone(),
+            handshaking: h.handshakes.contains(&id),
+        }
     }
 
     /// The victim: among the sources `weight` lets give way (other than the
@@ -436,32 +594,38 @@ impl Table {
         rest.into_iter().find_map(|(_, _, source)| try_source(source))
     }
 
-    /// Takes a candidate out of the counts and tells its task to close it.
-    fn evict(&mut self, (source, id): (Source, u64)) -> Phase {
-        let (conn, handshaking) = self.remove(source, id);
-        let conn = conn.expect("a victim is chosen among the candidates");
-        conn.evicted.store(true, Ordering::Relaxed);
-        conn.wake.notify_one();
+    /// Takes a candidate, or an idle connection, out of the counts and
+    /// tells its task to close it.
+    fn evict(&mut self, victim: Victim) -> Phase {
+        let (handshaking, idle) = self.remove(victim.source, victim.id, &victim.conn);
+        victim.conn.evicted.store(true, Ordering::Relaxed);
+        victim.conn.wake.notify_one();
         self.dying += 1;
-        if handshaking { Phase::Handshake } else { Phase::Request }
+        match (handshaking, idle) {
+            (true, _) => Phase::Handshake,
+            (false, true) => Phase::Idle,
+            (false, false) => Phase::Request,
+        }
     }
 
     /// Takes connection `id` out of `source`'s holding and the totals; the
-    /// source's entry goes with its last connection. Its `Conn` if it was a
-    /// candidate, and whether it was in its handshake.
-    fn remove(&mut self, source: Source, id: u64) -> (Option<Arc<Conn>>, bool) {
+    /// source's entry goes with its last connection. Whether it was in its
+    /// handshake, and whether it was idle.
+    fn remove(&mut self, source: Source, id: u64, conn: &Conn) -> (bool, bool) {
         let Some(holding) = self.sources.get_mut(&source) else {
-            return (None, false);
+            return (false, false);
         };
         let handshaking = holding.handshakes.remove(&id);
-        let conn = holding.candidates.remove(&id);
+        holding.candidates.remove(&id);
+        let since = conn.since.swap(NOT_IDLE, Ordering::Relaxed);
+        let idle = since != NOT_IDLE && holding.idle.remove(&since).is_some();
         holding.connections -= 1;
         if holding.connections == 0 {
             self.sources.remove(&source);
         }
         self.handshaking -= usize::from(handshaking);
         self.open -= 1;
-        (conn, handshaking)
+        (handshaking, idle)
     }
 }
 
@@ -473,22 +637,26 @@ impl Ticket {
     }
 
     /// The TLS handshake is over: the handshake slot is given back (the
-    /// connection may still give way until its first request arrives).
+    /// connection may still give way until its first request arrives), and
+    /// the accept loop told, for a connection that waits for one.
     pub fn handshaken(&self) {
         let mut t = self.fair.lock();
         if self.conn.evicted.load(Ordering::Relaxed) {
             return;
         }
+        self.conn.set_up.store(self.fair.now(), Ordering::Relaxed);
         let t = &mut *t;
         if let Some(holding) = t.sources.get_mut(&self.source)
             && holding.handshakes.remove(&self.id)
         {
             t.handshaking -= 1;
+            self.fair.freed.notify_one();
         }
     }
 
     /// A request has arrived whole and is being answered: from now on this
-    /// connection never gives way. Cheap after the first call.
+    /// connection never gives way to another source's newcomer. Cheap after
+    /// the first call.
     pub fn answering(&self) {
         if self.answering.load(Ordering::Relaxed) {
             return;
@@ -501,6 +669,44 @@ impl Ticket {
         }
         drop(t);
         self.answering.store(true, Ordering::Relaxed);
+    }
+
+    /// Its answer is flushed and nothing of a next request has been read:
+    /// it is idle, and may give way to a newcomer of its own source at its
+    /// share (the longest idle first). Only once it has answered a request.
+    pub fn idle(&self) {
+        if !self.answering.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut t = self.fair.lock();
+        if self.conn.evicted.load(Ordering::Relaxed) {
+            return;
+        }
+        let since = t.next;
+        t.next += 1;
+        if let Some(holding) = t.sources.get_mut(&self.source) {
+            let old = self.conn.since.swap(since, Ordering::Relaxed);
+            if old != NOT_IDLE {
+                holding.idle.remove(&old);
+            }
+            holding.idle.insert(since, (self.id, self.conn.clone()));
+        }
+    }
+
+    /// The first byte of a next request has been read: no longer idle (a
+    /// request an API server has begun to write is never cut). No lock
+    /// unless it was idle.
+    pub fn busy(&self) {
+        if self.conn.since.load(Ordering::Relaxed) == NOT_IDLE {
+            return;
+        }
+        let mut t = self.fair.lock();
+        let since = self.conn.since.swap(NOT_IDLE, Ordering::Relaxed);
+        if since != NOT_IDLE
+            && let Some(holding) = t.sources.get_mut(&self.source)
+        {
+            holding.idle.remove(&since);
+        }
     }
 
     /// Resolves when this connection has been chosen to give way.
@@ -516,8 +722,8 @@ impl Drop for Ticket {
         if self.conn.evicted.load(Ordering::Relaxed) {
             t.dying -= 1;
             self.fair.ended.notify_one();
-        } else {
-            t.remove(self.source, self.id);
+        } else if t.remove(self.source, self.id, &self.conn).0 {
+            self.fair.freed.notify_one();
         }
     }
 }
@@ -542,7 +748,7 @@ mod tests {
     /// Admits from `ip` a connection that finished its handshake.
     fn open(fair: &Arc<Fair>, ip: IpAddr) -> Ticket {
         let admitted = fair.admit(ip).unwrap_or_else(|e| panic!("{ip}: {e:?}"));
-        assert_eq!(admitted.evicted, None);
+        assert!(admitted.evicted.is_empty());
         admitted.ticket.handshaken();
         admitted.ticket
     }
@@ -554,10 +760,13 @@ mod tests {
     }
 
     #[test]
-    fn a_source_is_an_ipv4_address_or_an_ipv6_64() {
+    fn a_source_is_an_ipv4_address_or_a_whole_ipv6_address() {
         let v6 = |s: &str| Source::of(s.parse::<Ipv6Addr>().unwrap().into());
-        assert_eq!(v6("2001:db8:1:2::1"), v6("2001:db8:1:2:ffff:ffff:ffff:ffff"));
+        // Two addresses of one /64 (a node subnet the API server's own
+        // addresses are in, on EKS) are two sources.
+        assert_ne!(v6("2001:db8:1:2::1"), v6("2001:db8:1:2:ffff:ffff:ffff:ffff"));
         assert_ne!(v6("2001:db8:1:2::1"), v6("2001:db8:1:3::1"));
+        assert_eq!(v6("2001:db8:1:2::1"), v6("2001:db8:1:2:0:0:0:1"));
         assert_eq!(
             v6("::ffff:10.0.0.1"),
             Source::of(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)))
@@ -565,25 +774,86 @@ mod tests {
         assert_ne!(Source::of(ip(1)), Source::of(ip(2)));
     }
 
+    /// Admits from `ip` a connection that has answered a request.
+    fn answering(fair: &Arc<Fair>, ip: IpAddr) -> Ticket {
+        let ticket = open(fair, ip);
+        ticket.answering();
+        ticket
+    }
+
     #[test]
     fn no_source_holds_more_than_its_share_of_the_connections() {
         // 25% of 8 connections: 2.
         let fair = fair(8, 4, 25);
-        let _first = open(&fair, ip(2));
-        let _second = open(&fair, ip(2));
+        let _first = answering(&fair, ip(2));
+        let _second = answering(&fair, ip(2));
         assert_eq!(
             fair.admit(ip(2)).err(),
             Some(Refused::SourceShare),
-            "a third connection"
+            "a third connection, both of the first two answering"
         );
         // Another source is not held back, and the server is far from full.
         let _other = open(&fair, ip(3));
         assert_eq!(fair.counts().open, 3);
         // At 100% the share is the cap itself, and named so.
         let whole = self::fair(2, 2, 100);
-        let _a = open(&whole, ip(2));
-        let _b = open(&whole, ip(2));
+        let _a = answering(&whole, ip(2));
+        let _b = answering(&whole, ip(2));
         assert_eq!(whole.admit(ip(2)).err(), Some(Refused::Connections));
+    }
+
+    #[test]
+    fn a_source_at_its_share_makes_room_from_its_own_oldest_slow_then_idle_connection_never_one_answering() {
+        // 25% of 12: 3 for each source; no grace, so a connection set up is slow at once.
+        let fair = Fair::with_grace(
+            Caps {
+                connections: 12,
+                handshakes: 8,
+                source_share: 25,
+            },
+            0,
+        );
+        let busy = answering(&fair, ip(2));
+        let idle = answering(&fair, ip(2));
+        idle.idle();
+        let slow = open(&fair, ip(2));
+        // At its share: its newcomer takes the slow one's place ...
+        let first = fair.admit(ip(2)).unwrap();
+        assert_eq!(first.evicted, [Phase::Request]);
+        assert!(slow.is_evicted() && !idle.is_evicted() && !busy.is_evicted());
+        first.ticket.handshaken();
+        first.ticket.answering();
+        // ... then, with none slow, the idle one's (a kept connection between requests).
+        let second = fair.admit(ip(2)).unwrap();
+        assert_eq!(second.evicted, [Phase::Idle]);
+        assert!(idle.is_evicted() && !busy.is_evicted());
+        // Then one in its handshake, the last resort.
+        let third = fair.admit(ip(2)).unwrap();
+        assert_eq!(third.evicted, [Phase::Handshake]);
+        assert!(second.ticket.is_evicted());
+        // Every one answering (or idle with its next request begun): refused.
+        third.ticket.handshaken();
+        third.ticket.answering();
+        first.ticket.idle();
+        first.ticket.busy();
+        assert_eq!(fair.admit(ip(2)).err(), Some(Refused::SourceShare));
+        assert!(!busy.is_evicted() && !first.ticket.is_evicted() && !third.ticket.is_evicted());
+        // Another source was never asked.
+        let _other = open(&fair, ip(3));
+        assert_eq!(fair.counts().open, 4);
+    }
+
+    #[test]
+    fn a_connection_just_set_up_gives_way_to_its_sources_newcomer_only_after_the_idle_ones() {
+        // The default grace: a connection whose handshake has just ended is
+        // most likely the API server's, about to send its request.
+        let fair = fair(8, 8, 25);
+        let idle = answering(&fair, ip(2));
+        idle.idle();
+        let just_set_up = open(&fair, ip(2));
+        let newcomer = fair.admit(ip(2)).unwrap();
+        assert_eq!(newcomer.evicted, [Phase::Idle]);
+        assert!(idle.is_evicted() && !just_set_up.is_evicted());
     }
 
     #[test]
@@ -594,12 +864,31 @@ mod tests {
         let fair = fair(64, 8, 25);
         let burst: Vec<Ticket> = (0..8).map(|_| fair.admit(ip(2)).unwrap().ticket).collect();
         assert_eq!(fair.counts().handshaking, 8);
-        // Full: its own next dial has no one to take from ...
+        // Full: its own next dial has no one to take from, and is told to
+        // wait for a slot (the accept loop keeps it, `waiting`) ...
         assert_eq!(fair.admit(ip(2)).err(), Some(Refused::Handshakes));
         // ... and another source's newcomer takes the oldest's place.
         let newcomer = fair.admit(ip(3)).unwrap();
-        assert_eq!(newcomer.evicted, Some(Phase::Handshake));
+        assert_eq!(newcomer.evicted, [Phase::Handshake]);
         assert!(burst[0].is_evicted() && !burst[1].is_evicted());
+        // A slot given back is told, and goes first to the waiting connection
+        // whose source holds the fewest handshakes.
+        let freed = fair.freed();
+        tokio::pin!(freed);
+        assert!(futures_ready(freed.as_mut()).is_none(), "nothing freed yet");
+        burst[1].handshaken();
+        assert!(futures_ready(freed.as_mut()).is_some(), "the freed slot is told");
+        assert_eq!(fair.lightest([ip(2), ip(4), ip(3)].into_iter()), Some(1));
+        assert_eq!(fair.lightest([ip(2), ip(3)].into_iter()), Some(1));
+    }
+
+    /// Polls `f` once.
+    fn futures_ready<F: std::future::Future>(f: std::pin::Pin<&mut F>) -> Option<F::Output> {
+        let waker = std::task::Waker::noop();
+        match f.poll(&mut std::task::Context::from_waker(waker)) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        }
     }
 
     #[test]
@@ -609,7 +898,7 @@ mod tests {
         let light = open(&fair, ip(3));
         // Full. A newcomer from a source holding nothing gets in.
         let newcomer = fair.admit(ip(4)).unwrap();
-        assert_eq!(newcomer.evicted, Some(Phase::Request));
+        assert_eq!(newcomer.evicted, [Phase::Request]);
         assert!(heavy[0].is_evicted(), "the heaviest source's oldest gives way");
         assert!(!heavy[1].is_evicted() && !heavy[2].is_evicted() && !light.is_evicted());
         assert_eq!(fair.counts().open, 4);
@@ -623,7 +912,8 @@ mod tests {
             Counts {
                 open: 2,
                 handshaking: 1,
-                sources: 2
+                sources: 2,
+                waiting: 0
             }
         );
     }
@@ -639,7 +929,7 @@ mod tests {
         // The pool's source holds the most connections but no candidate:
         // its new connection takes the oldest slow client's place.
         let newcomer = fair.admit(ip(2)).unwrap();
-        assert_eq!(newcomer.evicted, Some(Phase::Request));
+        assert_eq!(newcomer.evicted, [Phase::Request]);
         assert!(slow[0].is_evicted() && pool.iter().all(|t| !t.is_evicted()));
     }
 
@@ -697,20 +987,21 @@ mod tests {
         let silent: Vec<Ticket> = (0..2).map(|_| fair.admit(ip(2)).unwrap().ticket).collect();
         assert_eq!(fair.admit(ip(2)).err(), Some(Refused::Handshakes));
         let newcomer = fair.admit(ip(3)).unwrap();
-        assert_eq!(newcomer.evicted, Some(Phase::Handshake));
+        assert_eq!(newcomer.evicted, [Phase::Handshake]);
         assert!(silent[0].is_evicted() && !silent[1].is_evicted());
         assert_eq!(
             fair.counts(),
             Counts {
                 open: 2,
                 handshaking: 2,
-                sources: 2
+                sources: 2,
+                waiting: 0
             }
         );
         // Both sources hold one handshake each: the next newcomer from a third
         // source (0 < 2/3) takes the oldest of the two.
         let third = fair.admit(ip(4)).unwrap();
-        assert_eq!(third.evicted, Some(Phase::Handshake));
+        assert_eq!(third.evicted, [Phase::Handshake]);
         assert!(silent[1].is_evicted() && !newcomer.ticket.is_evicted());
     }
 
@@ -724,7 +1015,7 @@ mod tests {
         for last in 3..5 {
             // Each newcomer from a new source evicts one of source 2's, or the previous newcomer's.
             let admitted = fair.admit(ip(last)).unwrap();
-            assert!(admitted.evicted.is_some());
+            assert!(!admitted.evicted.is_empty());
             admitted.ticket.handshaken();
             kept.push(admitted.ticket);
         }

@@ -52,6 +52,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::fair::Ticket;
+
 /// Bodies in flight across all connections, in bytes (shared lane).
 pub const BODY_BUDGET: usize = 16 * 1024 * 1024;
 /// The lane kept for bodies of at most [`SMALL_BODY`] bytes.
@@ -163,6 +165,10 @@ pub struct Deadline {
     changed: Notify,
     request: Duration,
     idle: Duration,
+    /// Told when the connection turns idle (its answer flushed) and busy
+    /// again (a next request's first byte), so that its source's own
+    /// newcomer may take the place of an idle one ([`super::fair`]).
+    ticket: Option<Arc<Ticket>>,
 }
 
 /// Which bound a connection ran out of.
@@ -177,6 +183,11 @@ pub enum Expired {
 
 impl Deadline {
     pub fn new(request: Duration, idle: Duration) -> Arc<Deadline> {
+        Deadline::with_ticket(request, idle, None)
+    }
+
+    /// The same, telling `ticket` when the connection turns idle or busy.
+    pub fn with_ticket(request: Duration, idle: Duration, ticket: Option<Arc<Ticket>>) -> Arc<Deadline> {
         Arc::new(Deadline {
             cycle: Mutex::new(Cycle {
                 busy: false,
@@ -186,6 +197,7 @@ impl Deadline {
             changed: Notify::new(),
             request,
             idle,
+            ticket,
         })
     }
 
@@ -202,6 +214,9 @@ impl Deadline {
             cycle.until = Instant::now() + self.request;
             drop(cycle);
             self.changed.notify_one();
+            if let Some(ticket) = &self.ticket {
+                ticket.busy();
+            }
         }
     }
 
@@ -216,6 +231,10 @@ impl Deadline {
             cycle.busy = false;
             cycle.answered = false;
             cycle.until = Instant::now() + self.idle;
+            drop(cycle);
+            if let Some(ticket) = &self.ticket {
+                ticket.idle();
+            }
         }
     }
 

@@ -55,11 +55,12 @@ use tokio_rustls::TlsAcceptor;
 
 use super::admission::{self, MAX_BODY, Settings};
 use super::events::{self, Events};
-use super::fair::{Caps, Fair, Ticket};
+use super::fair::{Admitted, Caps, Fair, Refused, Ticket};
 use super::limits::{BODY_BUDGET, BodyBudget, Deadline, Expired, Held, SMALL_BODY, SMALL_LANE, Timed};
 use super::log;
 use super::metrics::Metrics;
 use super::tls::{Certificates, Reload};
+use super::waiting::Waiting;
 
 /// How often the certificate files are read again.
 const RELOAD_EVERY: Duration = Duration::from_secs(1);
@@ -168,6 +169,7 @@ async fn serve(config: Config) -> i32 {
         events: Events::start(&config.events),
     });
     let graceful = GracefulShutdown::new();
+    let mut waiting = Waiting::new(config.max_connections, config.client_timeout);
     let mut stop_at: Option<tokio::time::Instant> = None;
     loop {
         let stop = async {
@@ -176,8 +178,29 @@ async fn serve(config: Config) -> i32 {
                 None => std::future::pending().await,
             }
         };
+        let expiry = waiting.next_expiry();
+        let expired = async {
+            match expiry {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let serving = Serving {
+            acceptor: &acceptor,
+            state: &state,
+            graceful: &graceful,
+        };
         tokio::select! {
-            accepted = listener.accept() => accept(accepted, &acceptor, &state, &graceful).await,
+            accepted = listener.accept() => serving.accept(accepted, &mut waiting).await,
+            () = state.fair.freed(), if !waiting.is_empty() => serving.unwait(&mut waiting),
+            () = expired => {
+                // Waited --client-timeout for a handshake slot: closed, as a
+                // handshake that long would have been.
+                for tcp in waiting.expired(tokio::time::Instant::now()) {
+                    state.metrics.shed(Refused::Handshakes);
+                    drop(tcp);
+                }
+            }
             _ = term.recv(), if stop_at.is_none() => {
                 stop_at = Some(begin_drain(&state, "SIGTERM", config.shutdown_delay));
             }
@@ -186,6 +209,7 @@ async fn serve(config: Config) -> i32 {
             }
             () = stop => break,
         }
+        state.fair.set_waiting(waiting.len());
     }
     drop(listener);
     drain(graceful, config.drain_timeout).await;
@@ -208,38 +232,81 @@ fn tls(config: &Config) -> Result<(Arc<Certificates>, TlsAcceptor), (i32, String
     Ok((certificates, TlsAcceptor::from(Arc::new(tls))))
 }
 
-/// One accepted connection: served in a task of its own within the caps
-/// and its source's share (another may give way for it), or closed at once.
-async fn accept(
-    accepted: std::io::Result<(TcpStream, SocketAddr)>,
-    acceptor: &TlsAcceptor,
-    state: &Arc<State>,
-    graceful: &GracefulShutdown,
-) {
-    // Evicted connections are closed before more are admitted (see `fair`).
-    state.fair.settled().await;
-    match accepted {
-        Ok((tcp, peer)) => match state.fair.admit(peer.ip()) {
-            Ok(admitted) => {
-                if let Some(phase) = admitted.evicted {
-                    state.metrics.evicted(phase);
+/// What the accept loop hands each connection it lets in.
+struct Serving<'a> {
+    acceptor: &'a TlsAcceptor,
+    state: &'a Arc<State>,
+    graceful: &'a GracefulShutdown,
+}
+
+impl Serving<'_> {
+    /// One accepted connection: served in a task of its own within the caps
+    /// and its source's share (another may give way for it), kept waiting
+    /// for a handshake slot, or closed at once.
+    async fn accept(&self, accepted: std::io::Result<(TcpStream, SocketAddr)>, waiting: &mut Waiting<TcpStream>) {
+        // Evicted connections are closed before more are admitted (see `fair`).
+        self.state.fair.settled().await;
+        let (tcp, peer) = match accepted {
+            Ok(pair) => pair,
+            // Out of descriptors, most likely: let some connections end.
+            Err(_) => return tokio::time::sleep(Duration::from_millis(10)).await,
+        };
+        // Those waiting already go first, as far as slots have freed.
+        self.unwait(waiting);
+        match self.state.fair.admit(peer.ip()) {
+            Ok(admitted) => self.spawn(tcp, admitted),
+            // Only a handshake slot is missing: the side taken is the API
+            // server's (its cold burst is one address's), so the connection
+            // waits for one, within --client-timeout, instead of being
+            // refused (see `waiting`).
+            Err(Refused::Handshakes) => {
+                if let Some(shed) = waiting.push(tcp, peer.ip(), tokio::time::Instant::now()) {
+                    self.state.metrics.shed(Refused::Handshakes);
+                    drop(shed);
                 }
-                tokio::spawn(connection(
-                    tcp,
-                    admitted.ticket,
-                    acceptor.clone(),
-                    state.clone(),
-                    graceful.watcher(),
-                ));
             }
             // Closed at once: the client sees its connection reset or ended.
             Err(why) => {
-                state.metrics.shed(why);
+                self.state.metrics.shed(why);
                 drop(tcp);
             }
-        },
-        // Out of descriptors, most likely: let some connections end.
-        Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+
+    /// Lets in connections that wait for a handshake slot while slots are
+    /// free (or given way), the one whose source holds the fewest
+    /// handshakes first; one refused otherwise (its source at its share
+    /// with nothing to give way) is closed.
+    fn unwait(&self, waiting: &mut Waiting<TcpStream>) {
+        while let Some(at) = self.state.fair.lightest(waiting.ips()) {
+            let Some(ip) = waiting.ips().nth(at) else { break };
+            match self.state.fair.admit(ip) {
+                Err(Refused::Handshakes) => break,
+                Ok(admitted) => {
+                    if let Some((tcp, _)) = waiting.remove(at) {
+                        self.spawn(tcp, admitted);
+                    }
+                }
+                Err(why) => {
+                    self.state.metrics.shed(why);
+                    drop(waiting.remove(at));
+                }
+            }
+        }
+        self.state.fair.set_waiting(waiting.len());
+    }
+
+    fn spawn(&self, tcp: TcpStream, admitted: Admitted) {
+        for phase in admitted.evicted {
+            self.state.metrics.evicted(phase);
+        }
+        tokio::spawn(connection(
+            tcp,
+            admitted.ticket,
+            self.acceptor.clone(),
+            self.state.clone(),
+            self.graceful.watcher(),
+        ));
     }
 }
 
@@ -328,7 +395,7 @@ async fn connection(tcp: TcpStream, ticket: Ticket, acceptor: TlsAcceptor, state
     };
     ticket.handshaken();
     tls.get_mut().1.set_buffer_limit(Some(TLS_BUFFER));
-    let deadline = Deadline::new(state.client_timeout, state.idle_timeout);
+    let deadline = Deadline::with_ticket(state.client_timeout, state.idle_timeout, Some(ticket.clone()));
     let io = TokioIo::new(Timed::new(tls, deadline.clone()));
     let (cycle, shared, place) = (deadline.clone(), state.clone(), ticket.clone());
     let service = service_fn(move |req| {
@@ -355,7 +422,8 @@ async fn connection(tcp: TcpStream, ticket: Ticket, acceptor: TlsAcceptor, state
             // Dropping the connection closes it, whatever it was waiting for.
             state.metrics.closed(if expired == Expired::Request { "request" } else { "idle" });
         }
-        // Only before its first request arrived whole (see `fair`).
+        // Only before its first request arrived whole, or idle between
+        // requests for its own source's newcomer (see `fair`).
         () = ticket.evicted() => {}
     }
 }
