@@ -5,20 +5,31 @@
 //! failed (the API server does not retry an admission call), and any pod
 //! that can reach the port can dial. The caps of [`super::limits`] protect
 //! the webhook's memory; this table decides, when they are reached, whether
-//! a newcomer gets in and who gives way:
+//! a newcomer gets in and who gives way. Where it cannot tell the API
+//! server from whoever shares its address, it takes the API server's side:
+//! a connection of the API server refused is a pod creation refused.
 //! - **Counted by source.** Every connection, every connection still in
 //!   its TLS handshake, and every connection still being set up (in its
 //!   handshake or its first request: the *candidates*, which may give way)
-//!   is counted against its [`Source`]: an IPv4 address, or an IPv6 /64
-//!   (what one host or one tenant is given, so the 2^64 addresses of one
-//!   subnet are one source).
+//!   is counted against its [`Source`]: an IPv4 address, or a whole IPv6
+//!   address. Not an IPv6 /64: on EKS and other clouds a /64 is a node
+//!   subnet, and the API server reaches webhooks from addresses in it
+//!   (and pods are numbered from it), so a /64's share would be anyone's
+//!   there to take from the API server.
 //! - **A cap per source.** No source holds more than `--max-source-share`
-//!   of the connection slots; above it, its new connection is closed at
-//!   accept, full server or not. The handshake slots have no such cap: a
-//!   source may take every free one (an API server whose pool is cold opens
-//!   as many connections at once as it has admissions to send, all from
-//!   one address, and a refused one is a failed pod creation), and gives
-//!   them back to newcomers by eviction when they are all taken.
+//!   of the connection slots. A newcomer from a source at its share takes
+//!   the place of its own source's oldest slow connection (set up more than
+//!   [`SETUP_GRACE_MS`] ago, no whole request), else its longest idle one
+//!   (a kept-alive connection between requests), else its oldest other
+//!   candidate; it is closed at accept only when every connection of its
+//!   source is answering ([`Table::own_victim`]). So whoever shares the API
+//!   server's address cannot hold its share with idle or slow connections.
+//! - **Handshakes.** The handshake slots have no cap per source: a source
+//!   may take every free one (an API server whose pool is cold opens as
+//!   many connections at once as it has admissions to send, all from one
+//!   address). When all are taken, another source's may give way (below);
+//!   when none does, the newcomer is not refused but waits for a slot
+//!   ([`super::waiting`], bounded), told by [`Fair::freed`].
 //! - **Fair shares when full.** When every connection slot is taken, a
 //!   newcomer gets in when another source holds more candidates than the
 //!   newcomer's source (two more, or one when the newcomer's holds none, so
@@ -36,20 +47,25 @@
 //!   large pool does not cost its new connections their way in.
 //! - **Never one answering.** A connection leaves the candidates for good
 //!   once a request of it has arrived whole ([`Ticket::answering`]): its
-//!   answer is never cut, nor is an API server's pooled connection between
-//!   requests: closing an idle keep-alive connection could race a request
-//!   the API server is writing on it, and Go's client retries a request on
-//!   a kept connection the server closed only when nothing of it was
-//!   written, or when it is replayable, which a POST is not without an
-//!   Idempotency-Key header (Go's net/http, golang/go at a925402b, a
-//!   Go 1.24+ tree: src/net/http/transport.go, the `Transport` doc comment
-//!   and `shouldRetryRequest`, and request.go `isReplayable`).
+//!   answer is never cut. Between requests a kept-alive connection is
+//!   idle ([`Ticket::idle`], from its answer's flush to its next request's
+//!   first byte, [`Ticket::busy`]) and gives way to its own source's
+//!   newcomer at its share only, never to another source's: closing an idle
+//!   keep-alive connection could race a request the API server is writing
+//!   on it, and Go's client retries a request on a kept connection the
+//!   server closed only when nothing of it was written, or when it is
+//!   replayable, which a POST is not without an Idempotency-Key header
+//!   (Go's net/http, golang/go at a925402b, a Go 1.24+ tree:
+//!   src/net/http/transport.go, the `Transport` doc comment and
+//!   `shouldRetryRequest`, and request.go `isReplayable`). At its share
+//!   that race is the lesser risk: the newcomer refused is a pod creation
+//!   refused for certain.
 //!
 //! So a slow client, from however many connections of one source, gives
 //! way to a client that completes its handshake and sends its request
-//! promptly from another: the newcomer is the youngest candidate, and the
-//! oldest goes first. What an attacker needs to lock the API server out
-//! anyway is in docs/webhook.md ("Load and fairness").
+//! promptly from another source or its own: the newcomer is the youngest,
+//! and the oldest goes first. What an attacker needs to lock the API
+//! server out anyway is in docs/webhook.md ("Load and fairness").
 //!
 //! Bounded state: a source has an entry only while it holds a connection,
 //! so there are never more entries than `--max-connections`, however many
@@ -57,17 +73,27 @@
 //! connection leaves the counts at once, so the newcomer can take its
 //! slot; it is closed as soon as its task runs, and at most
 //! `--max-handshakes` evicted connections may be waiting for that (the
-//! accept loop waits for them first, [`Fair::settled`]), so the memory they
-//! hold is bounded too.
+//! accept loop waits for them first, [`Fair::settled`], and a newcomer
+//! that would evict two needs room for two), so the memory they hold is
+//! bounded too.
 //!
 //! Races it guards against:
 //! - **Eviction against the first request arriving.** Both happen under the
 //!   table's lock: a connection is either evicted while still a candidate
 //!   (its task sees [`Ticket::evicted`] and drops it) or has left the
 //!   candidates first, and is then never evicted.
+//! - **Eviction of an idle connection against its next request.** Its next
+//!   request's first byte takes it out of the idle ones under the same
+//!   lock; bytes still unread in the kernel pass it over
+//!   ([`Conn::waiting_on_us`]). What is left is a request whose first bytes
+//!   the connection's task has read but not yet reported: a window of the
+//!   task's own run, the same race any server's idle timeout has.
 //! - **A check and its count.** Only the accept loop admits, under the same
 //!   lock, so two newcomers never both take the last slot, nor evict for
-//!   the same one.
+//!   the same one; nothing is evicted for a newcomer that is then refused
+//!   or told to wait.
+//! - **A slot freed while the accept loop is busy.** [`Fair::freed`] keeps
+//!   the notice (a permit) until the loop next waits for it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -489,9 +515,13 @@ impl Table {
     /// (at most [`PROBES`] looked at):
     /// 1. one whose handshake ended more than `grace_ms` ago and whose first
     ///    request has not arrived whole (slow), oldest first;
-    /// 2. one idle between requests, the longest idle first (an API
-    ///    server's client reuses its most recently used connection first:
-    ///    Go's net/http `queueForIdleConn` takes the idle list's last);
+    /// 2. one idle between requests, the longest idle first: an API
+    ///    server's client reuses its most recently used connection first,
+    ///    so the longest idle is the least likely to be written on as it
+    ///    closes (Go's net/http at golang/go a925402b,
+    ///    src/net/http/transport.go: `queueForIdleConn` takes the idle
+    ///    list's last, `removeIdleConnLocked` keeps "most recently-used
+    ///    conns at the end");
     /// 3. the rest of its candidates, oldest first: those just set up, then
     ///    handshakes.
     ///

@@ -8,10 +8,11 @@
 //! - **Caps, checked at accept** ([`super::fair`]). A connection that
 //!   finished its handshake and sent half a header costs about 36 KB, which
 //!   the allocator keeps; a handshake costs more, and CPU. Above
-//!   `--max-connections` open, or `--max-handshakes` under way, a new
-//!   connection is closed as soon as it is accepted (load shed, counted in
-//!   `/metrics`), or another gives way for it, instead of being kept until
-//!   the memory limit kills the pod.
+//!   `--max-connections` open, a new connection is closed as soon as it
+//!   is accepted (load shed, counted in `/metrics`), or another gives way
+//!   for it, instead of being kept until the memory limit kills the pod;
+//!   above `--max-handshakes` under way, it waits for a slot, accepted but
+//!   unread (bounded: [`super::waiting`]).
 //! - **A budget for bodies in flight.** A /mutate body is held whole (up to
 //!   the API server's 3 MiB) until it can be decided, so 512 connections
 //!   could hold 1.5 GiB. A request takes its declared Content-Length from

@@ -8,12 +8,16 @@
 //!   its first byte to the flush of its answer (a slowloris, a client that
 //!   never reads, a wedged peer), is cut off after `--client-timeout`; an
 //!   idle keep-alive connection after `--idle-timeout`;
-//! - above `--max-connections` open or `--max-handshakes` under way, a new
-//!   connection is closed at accept, so a flood costs CPU, not the memory
-//!   limit (see [`super::limits`]), unless the source address holding the
-//!   most connections still in their handshake or first request (more
-//!   than the newcomer's) gives way for it, its oldest such; and no source
-//!   holds more than `--max-source-share` (see [`super::fair`]);
+//! - above `--max-connections` open, a new connection is closed at accept,
+//!   so a flood costs CPU, not the memory limit (see [`super::limits`]),
+//!   unless the source address holding the most connections still in
+//!   their handshake or first request (more than the newcomer's) gives way
+//!   for it, its oldest such; no source holds more than
+//!   `--max-source-share`, and at it its own oldest slow or idle connection
+//!   gives way for its newcomer (see [`super::fair`]); above
+//!   `--max-handshakes` under way, a new connection that no other source's
+//!   handshake gives way to waits for a slot, within `--client-timeout`
+//!   (see [`super::waiting`]): the API server's cold burst is let in;
 //! - a body above the API server's own 3 MiB limit is refused (413) by its
 //!   Content-Length, or as soon as it grows past it, without being buffered;
 //!   bodies held at once share a budget, and a request it cannot cover is

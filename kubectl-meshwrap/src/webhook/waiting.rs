@@ -2,8 +2,9 @@
 //! give way: they wait here for a slot instead of being refused.
 //!
 //! An API server speaks HTTP/1.1 to the webhook, one connection per review
-//! in flight, and keeps few idle (client-go `transport/cache.go`:
-//! `idleConnsPerHost = 25`, kubernetes/client-go at v0.34.0), so a burst of
+//! in flight, and keeps few idle (client-go's `idleConnsPerHost = 25`:
+//! kubernetes/kubernetes staging/src/k8s.io/client-go/transport/cache.go,
+//! read at 079d5e5f, and so in today's client-go), so a burst of
 //! pod creations with a cold pool dials more connections at once than
 //! `--max-handshakes`, all from one address. Its handshakes hold every
 //! slot, and a source never gives way to itself, so before this queue its
