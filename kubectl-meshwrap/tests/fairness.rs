@@ -9,7 +9,10 @@
 //!   too, one answering never (tests/webhook.rs);
 //! - the API server's cold burst, 200 new connections at once from one
 //!   address each sending one review, is answered whole: past the 64
-//!   handshake slots the connections wait for one, none is refused.
+//!   handshake slots the connections wait for one, none is refused;
+//! - a newcomer at its address's share, whose other connections are all
+//!   just dialled, waits for one of them to be done rather than cut it or
+//!   be refused.
 //!
 //! 127.0.0.0/8 is all local, so each address stands for a host. Every wait
 //! is on the server's own counts (`/metrics`), read from an address of its
@@ -160,4 +163,37 @@ fn the_api_servers_cold_burst_of_200_connections_from_one_address_is_answered_wh
     );
     assert_eq!(series(&mut watcher, SHED_HANDSHAKES), 0);
     assert_eq!(series(&mut watcher, "meshwrap_webhook_waiting"), 0);
+}
+
+#[test]
+fn a_newcomer_at_its_share_waits_while_its_addresss_connections_are_being_set_up() {
+    let ca = Ca::new("set up CA");
+    // 25% of 8: two connections an address.
+    let webhook = Webhook::start("set-up", &ca, &["--events", "off", "--max-connections", "8"]);
+    let mut watcher = client_from(&webhook, &ca, host(9, 9)).unwrap();
+    assert_eq!(watcher.get("/healthz").unwrap().status, 200);
+    // Two connections of the API server's burst, just dialled: their TLS
+    // has not begun (each would give way only after a second).
+    let api = host(9, 1);
+    let first = tcp_from(api, webhook.port, Duration::from_secs(20)).unwrap();
+    let second = tcp_from(api, webhook.port, Duration::from_secs(20)).unwrap();
+    watcher.wait_metric("meshwrap_webhook_handshakes", 2);
+    // A third from the address, at its share: it waits.
+    let (port, config) = (webhook.port, client_config(&ca.pem));
+    let third = std::thread::spawn(move || {
+        Client::connect_from(api, port, config, Duration::from_secs(20)).and_then(|mut c| c.post(&review()))
+    });
+    watcher.wait_metric("meshwrap_webhook_waiting", 1);
+    assert_eq!(series(&mut watcher, SHED_SHARE), 0);
+    // The first is done (answered, then closed): the third takes its place.
+    let config = client_config(&ca.pem);
+    first.set_nodelay(true).unwrap();
+    let mut first = Client::over(first, config, "localhost", Duration::from_secs(20)).unwrap();
+    assert_eq!(first.post(&review()).unwrap().status, 200);
+    drop(first);
+    let answer = third.join().unwrap().expect("the third connection was refused");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(series(&mut watcher, SHED_SHARE), 0);
+    assert_eq!(series(&mut watcher, "meshwrap_webhook_waiting"), 0);
+    drop(second);
 }

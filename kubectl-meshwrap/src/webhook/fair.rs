@@ -20,10 +20,13 @@
 //!   of the connection slots. A newcomer from a source at its share takes
 //!   the place of its own source's oldest slow connection (set up more than
 //!   [`SETUP_GRACE_MS`] ago, no whole request), else its longest idle one
-//!   (a kept-alive connection between requests), else its oldest other
-//!   candidate; it is closed at accept only when every connection of its
-//!   source is answering ([`Table::own_victim`]). So whoever shares the API
-//!   server's address cannot hold its share with idle or slow connections.
+//!   (a kept-alive connection between requests), else its oldest handshake
+//!   begun more than [`HANDSHAKE_GRACE_MS`] ago; while the only others are
+//!   younger (most likely the API server's own burst) it waits
+//!   (`Refused::SetUp`); it is closed at accept only when every connection
+//!   of its source is answering ([`Table::own_victim`]). So whoever shares
+//!   the API server's address cannot hold its share with idle or slow
+//!   connections.
 //! - **Handshakes.** The handshake slots have no cap per source: a source
 //!   may take every free one (an API server whose pool is cold opens as
 //!   many connections at once as it has admissions to send, all from one
@@ -139,9 +142,28 @@ pub enum Refused {
     Connections,
     /// The same, for the handshake slots.
     Handshakes,
-    /// Its source holds `--max-source-share` of the slots already.
+    /// Its source holds `--max-source-share` of the slots already, every
+    /// one answering.
     SourceShare,
+    /// Its source is at its share, and none of its connections may give
+    /// way yet: those that could are still being set up (for less than
+    /// [`SETUP_GRACE_MS`]: most likely its own burst, about to send their
+    /// requests) or waiting on the server. The side taken: the newcomer
+    /// waits (as for a handshake slot) rather than cut a sibling's request.
+    SetUp,
 }
+
+impl Refused {
+    /// Whether the connection may wait for a slot rather than be closed.
+    pub fn waits(self) -> bool {
+        matches!(self, Refused::Handshakes | Refused::SetUp)
+    }
+}
+
+/// How often the accept loop tries again the connections that wait while
+/// nothing tells it a slot was freed (a connection still being set up
+/// grows slow after [`SETUP_GRACE_MS`]).
+pub const RETRY_WAITING: std::time::Duration = std::time::Duration::from_millis(SETUP_GRACE_MS);
 
 /// Where an evicted connection was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,6 +205,8 @@ struct Conn {
     since: AtomicU64,
     /// When its handshake ended, in ms of [`Fair::now`]; `u64::MAX` before.
     set_up: AtomicU64,
+    /// When it was admitted, in ms of [`Fair::now`].
+    admitted: AtomicU64,
 }
 
 /// [`Conn::since`] of a connection that is not idle.
@@ -195,6 +219,12 @@ const NOT_IDLE: u64 = u64::MAX;
 /// this long after is the slow one. Below it, a connection still being set
 /// up gives way to its source's newcomer only after the idle ones.
 const SETUP_GRACE_MS: u64 = 20;
+
+/// How long a handshake may take before it counts as slow for its own
+/// source's newcomer: on a cluster's network it takes milliseconds, but a
+/// burst's clients, busy with their own handshakes, may be slow to send
+/// their last message, and a handshake cut is a review lost.
+const HANDSHAKE_GRACE_MS: u64 = 1_000;
 
 impl Conn {
     /// Whether bytes its client sent wait unread in the kernel: then the
@@ -223,6 +253,7 @@ impl Conn {
             fd: AtomicI32::new(-1),
             since: AtomicU64::new(NOT_IDLE),
             set_up: AtomicU64::new(u64::MAX),
+            admitted: AtomicU64::new(0),
         }
     }
 }
@@ -287,8 +318,8 @@ pub struct Fair {
     waiting: AtomicUsize,
     /// The clock of [`Conn::set_up`].
     epoch: Instant,
-    /// [`SETUP_GRACE_MS`], or another in tests.
-    grace_ms: u64,
+    /// [`SETUP_GRACE_MS`] and [`HANDSHAKE_GRACE_MS`], or others in tests.
+    grace_ms: (u64, u64),
 }
 
 /// A connection admitted, and those that gave way for it (at most two: a
@@ -329,10 +360,10 @@ struct Victim {
 
 impl Fair {
     pub fn new(caps: Caps) -> Arc<Fair> {
-        Fair::with_grace(caps, SETUP_GRACE_MS)
+        Fair::with_grace(caps, (SETUP_GRACE_MS, HANDSHAKE_GRACE_MS))
     }
 
-    fn with_grace(caps: Caps, grace_ms: u64) -> Arc<Fair> {
+    fn with_grace(caps: Caps, grace_ms: (u64, u64)) -> Arc<Fair> {
         Arc::new(Fair {
             caps,
             table: Mutex::new(Table::default()),
@@ -391,27 +422,28 @@ impl Fair {
         self.freed.notified().await;
     }
 
-    /// Of connections waiting from `ips`, the one to try first: the one
-    /// whose source holds the fewest handshakes (among equals, the first),
-    /// so that a freed slot goes to a source that holds few of them
-    /// rather than to one whose handshakes hold every slot.
-    pub fn lightest(&self, ips: impl Iterator<Item = IpAddr>) -> Option<usize> {
+    /// The order in which to try connections waiting from `ips` (their
+    /// indexes): those whose source holds the fewest handshakes first
+    /// (among equals, the first), so that a freed slot goes to a source
+    /// that holds few of them rather than to one whose handshakes hold
+    /// every slot.
+    pub fn order(&self, ips: impl Iterator<Item = IpAddr>) -> Vec<usize> {
         let t = self.lock();
-        ips.enumerate()
-            .min_by_key(|(i, ip)| {
-                let held = t.sources.get(&Source::of(*ip)).map_or(0, |h| h.handshakes.len());
-                (held, *i)
-            })
-            .map(|(i, _)| i)
+        let mut weighed: Vec<(usize, usize)> = ips
+            .enumerate()
+            .map(|(i, ip)| (t.sources.get(&Source::of(ip)).map_or(0, |h| h.handshakes.len()), i))
+            .collect();
+        weighed.sort_unstable();
+        weighed.into_iter().map(|(_, i)| i).collect()
     }
 
     /// A slot for a connection just accepted from `ip`, or why it is not
     /// let in now. A connection slot is free, or its source is at its
     /// share and its own oldest slow or idle connection gives way, or the
     /// server is full and another source's gives way; a handshake slot is
-    /// free, or another source's gives way. `Refused::Handshakes` means
-    /// only a handshake slot is missing: the connection may wait for one
-    /// (the accept loop keeps it, [`super::waiting`]). Nothing is evicted
+    /// free, or another source's gives way. `Refused::Handshakes` and
+    /// `Refused::SetUp` ([`Refused::waits`]) mean the connection may wait
+    /// for its slot (the accept loop keeps it, [`super::waiting`]). Nothing is evicted
     /// unless the newcomer gets in (each one evicted is told through its
     /// [`Ticket::evicted`]).
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admitted, Refused> {
@@ -420,14 +452,18 @@ impl Fair {
         let held = t.held(source);
         let room = self.caps.handshakes.saturating_sub(t.dying);
         let mut slot = None;
+        let now = self.now();
         if held.connections >= self.caps.per_source(self.caps.connections) {
             // At its share. The side taken: the API server let in. Whoever
             // shares its address cannot hold its share against it with
             // connections that are slow or idle: the newcomer, the youngest,
             // takes the place of its source's own oldest such (never one
-            // answering). Refused only when every one is answering.
-            let own = (room > 0).then(|| t.own_victim(source, self.now(), self.grace_ms));
-            slot = Some(own.flatten().ok_or_else(|| self.share_refusal())?);
+            // answering); it waits while the only ones are just set up.
+            // Refused only when every one is answering.
+            if room == 0 {
+                return Err(Refused::SetUp);
+            }
+            slot = Some(t.own_victim(source, now, self.grace_ms, self.share_refusal())?);
         } else if t.open >= self.caps.connections && t.handshaking < self.caps.handshakes {
             let other = (room > 0).then(|| t.connection_victim(source, held.candidates));
             slot = Some(other.flatten().ok_or(Refused::Connections)?);
@@ -445,6 +481,7 @@ impl Fair {
         }
         let evicted = [slot, handshake].into_iter().flatten().map(|v| t.evict(v)).collect();
         let conn = Arc::new(Conn::new());
+        conn.admitted.store(now, Ordering::Relaxed);
         let id = t.add(source, conn.clone());
         drop(t);
         let ticket = Ticket {
@@ -522,32 +559,43 @@ impl Table {
     ///    src/net/http/transport.go: `queueForIdleConn` takes the idle
     ///    list's last, `removeIdleConnLocked` keeps "most recently-used
     ///    conns at the end");
-    /// 3. the rest of its candidates, oldest first: those just set up, then
-    ///    handshakes.
+    /// 3. one in its handshake for more than [`HANDSHAKE_GRACE_MS`] (the
+    ///    second of `grace_ms`; the first is the slow one's), oldest first.
     ///
     /// Never one answering a request, nor a kept connection whose next
     /// request has begun to arrive: an API server that wrote a request on a
-    /// kept connection does not send it again (see the module's notes).
-    /// The order takes the API server's side: a connection of its own that
-    /// is being set up is cut only after every slow or idle one.
-    fn own_victim(&self, source: Source, now: u64, grace_ms: u64) -> Option<Victim> {
-        let h = self.sources.get(&source)?;
-        let slow =
-            |id: &u64, c: &Conn| !h.handshakes.contains(id) && c.set_up.load(Ordering::Relaxed) + grace_ms <= now;
-        let first = h.candidates.iter().filter(|(id, c)| slow(id, c));
+    /// kept connection does not send it again (see the module's notes);
+    /// nor one set up or dialled less than that ago: that is most likely
+    /// the API server's own, about to send its request, and the
+    /// newcomer waits instead (`Refused::SetUp`). `refused` when every
+    /// connection of the source is answering.
+    fn own_victim(&self, source: Source, now: u64, grace_ms: (u64, u64), refused: Refused) -> Result<Victim, Refused> {
+        let h = self.sources.get(&source).ok_or(refused)?;
+        let old = |at: &AtomicU64, grace: u64| at.load(Ordering::Relaxed).saturating_add(grace) <= now;
+        let slow = h
+            .candidates
+            .iter()
+            .filter(|(id, c)| !h.handshakes.contains(id) && old(&c.set_up, grace_ms.0));
         let idle = h.idle.values().map(|(id, c)| (id, c));
-        let rest = h.candidates.iter().filter(|(id, c)| !slow(id, c));
-        let (id, conn) = first
+        let handshakes = h
+            .candidates
+            .iter()
+            .filter(|(id, c)| h.handshakes.contains(id) && old(&c.admitted, grace_ms.1));
+        let found = slow
             .chain(idle)
-            .chain(rest)
+            .chain(handshakes)
             .take(PROBES)
-            .find(|(_, c)| !c.waiting_on_us())?;
-        Some(Victim {
-            source,
-            id: *id,
-            conn: conn.clone(),
-            handshaking: h.handshakes.contains(id),
-        })
+            .find(|(_, c)| !c.waiting_on_us());
+        match found {
+            Some((id, conn)) => Ok(Victim {
+                source,
+                id: *id,
+                conn: conn.clone(),
+                handshaking: h.handshakes.contains(id),
+            }),
+            None if h.candidates.is_empty() && h.idle.is_empty() => Err(refused),
+            None => Err(Refused::SetUp),
+        }
     }
 
     /// The oldest handshake of the source holding the most handshakes, if it
@@ -721,6 +769,8 @@ impl Ticket {
             }
             holding.idle.insert(since, (self.id, self.conn.clone()));
         }
+        // A connection waiting for its source's share may take this one's place.
+        self.fair.freed.notify_one();
     }
 
     /// The first byte of a next request has been read: no longer idle (a
@@ -752,7 +802,10 @@ impl Drop for Ticket {
         if self.conn.evicted.load(Ordering::Relaxed) {
             t.dying -= 1;
             self.fair.ended.notify_one();
-        } else if t.remove(self.source, self.id, &self.conn).0 {
+        } else {
+            // A handshake slot, or a place in its source's share, for one
+            // that waits.
+            t.remove(self.source, self.id, &self.conn);
             self.fair.freed.notify_one();
         }
     }
@@ -841,7 +894,7 @@ mod tests {
                 handshakes: 8,
                 source_share: 25,
             },
-            0,
+            (0, 0),
         );
         let busy = answering(&fair, ip(2));
         let idle = answering(&fair, ip(2));
@@ -875,15 +928,28 @@ mod tests {
 
     #[test]
     fn a_connection_just_set_up_gives_way_to_its_sources_newcomer_only_after_the_idle_ones() {
-        // The default grace: a connection whose handshake has just ended is
-        // most likely the API server's, about to send its request.
-        let fair = fair(8, 8, 25);
+        // A connection whose handshake has just ended, or just begun, is most
+        // likely the API server's, about to send its request (graces of a
+        // minute, so that nothing here grows slow). 25% of 8: 2.
+        let fair = Fair::with_grace(
+            Caps {
+                connections: 8,
+                handshakes: 8,
+                source_share: 25,
+            },
+            (60_000, 60_000),
+        );
         let idle = answering(&fair, ip(2));
         idle.idle();
         let just_set_up = open(&fair, ip(2));
         let newcomer = fair.admit(ip(2)).unwrap();
         assert_eq!(newcomer.evicted, [Phase::Idle]);
         assert!(idle.is_evicted() && !just_set_up.is_evicted());
+        // Only connections just set up or dialled: the next one waits (as
+        // for a handshake slot) rather than cut one of them.
+        assert_eq!(fair.admit(ip(2)).err(), Some(Refused::SetUp));
+        assert!(Refused::SetUp.waits() && Refused::Handshakes.waits() && !Refused::SourceShare.waits());
+        assert!(!just_set_up.is_evicted() && !newcomer.ticket.is_evicted());
     }
 
     #[test]
@@ -908,8 +974,7 @@ mod tests {
         assert!(futures_ready(freed.as_mut()).is_none(), "nothing freed yet");
         burst[1].handshaken();
         assert!(futures_ready(freed.as_mut()).is_some(), "the freed slot is told");
-        assert_eq!(fair.lightest([ip(2), ip(4), ip(3)].into_iter()), Some(1));
-        assert_eq!(fair.lightest([ip(2), ip(3)].into_iter()), Some(1));
+        assert_eq!(fair.order([ip(2), ip(4), ip(3), ip(4)].into_iter()), [1, 3, 2, 0]);
     }
 
     /// Polls `f` once.

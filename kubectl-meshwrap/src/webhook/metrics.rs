@@ -71,7 +71,7 @@ impl Metrics {
         let reason = match why {
             Refused::Handshakes => "max-handshakes",
             Refused::Connections => "max-connections",
-            Refused::SourceShare => "source-share",
+            Refused::SourceShare | Refused::SetUp => "source-share",
         };
         let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         *m.shed.entry(reason).or_default() += 1;

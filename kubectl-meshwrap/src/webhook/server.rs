@@ -59,7 +59,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::admission::{self, MAX_BODY, Settings};
 use super::events::{self, Events};
-use super::fair::{Admitted, Caps, Fair, Refused, Ticket};
+use super::fair::{Admitted, Caps, Fair, RETRY_WAITING, Refused, Ticket};
 use super::limits::{BODY_BUDGET, BodyBudget, Deadline, Expired, Held, SMALL_BODY, SMALL_LANE, Timed};
 use super::log;
 use super::metrics::Metrics;
@@ -197,11 +197,13 @@ async fn serve(config: Config) -> i32 {
         tokio::select! {
             accepted = listener.accept() => serving.accept(accepted, &mut waiting).await,
             () = state.fair.freed(), if !waiting.is_empty() => serving.unwait(&mut waiting),
+            // A connection just set up grows slow with time: no event says so.
+            () = tokio::time::sleep(RETRY_WAITING), if !waiting.is_empty() => serving.unwait(&mut waiting),
             () = expired => {
-                // Waited --client-timeout for a handshake slot: closed, as a
-                // handshake that long would have been.
-                for tcp in waiting.expired(tokio::time::Instant::now()) {
-                    state.metrics.shed(Refused::Handshakes);
+                // Waited --client-timeout for a slot: closed, as a handshake
+                // that long would have been.
+                for (tcp, why) in waiting.expired(tokio::time::Instant::now()) {
+                    state.metrics.shed(why);
                     drop(tcp);
                 }
             }
@@ -236,6 +238,10 @@ fn tls(config: &Config) -> Result<(Arc<Certificates>, TlsAcceptor), (i32, String
     Ok((certificates, TlsAcceptor::from(Arc::new(tls))))
 }
 
+/// A connection waiting for a slot, and why it waits (its reason if it
+/// waits too long).
+type Parked = (TcpStream, Refused);
+
 /// What the accept loop hands each connection it lets in.
 struct Serving<'a> {
     acceptor: &'a TlsAcceptor,
@@ -247,7 +253,7 @@ impl Serving<'_> {
     /// One accepted connection: served in a task of its own within the caps
     /// and its source's share (another may give way for it), kept waiting
     /// for a handshake slot, or closed at once.
-    async fn accept(&self, accepted: std::io::Result<(TcpStream, SocketAddr)>, waiting: &mut Waiting<TcpStream>) {
+    async fn accept(&self, accepted: std::io::Result<(TcpStream, SocketAddr)>, waiting: &mut Waiting<Parked>) {
         // Evicted connections are closed before more are admitted (see `fair`).
         self.state.fair.settled().await;
         let (tcp, peer) = match accepted {
@@ -259,13 +265,14 @@ impl Serving<'_> {
         self.unwait(waiting);
         match self.state.fair.admit(peer.ip()) {
             Ok(admitted) => self.spawn(tcp, admitted),
-            // Only a handshake slot is missing: the side taken is the API
+            // Only a handshake slot is missing, or its source's own
+            // connections are all being set up: the side taken is the API
             // server's (its cold burst is one address's), so the connection
-            // waits for one, within --client-timeout, instead of being
-            // refused (see `waiting`).
-            Err(Refused::Handshakes) => {
-                if let Some(shed) = waiting.push(tcp, peer.ip(), tokio::time::Instant::now()) {
-                    self.state.metrics.shed(Refused::Handshakes);
+            // waits, within --client-timeout, instead of being refused (see
+            // `waiting`).
+            Err(why) if why.waits() => {
+                if let Some((shed, why)) = waiting.push((tcp, why), peer.ip(), tokio::time::Instant::now()) {
+                    self.state.metrics.shed(why);
                     drop(shed);
                 }
             }
@@ -277,23 +284,36 @@ impl Serving<'_> {
         }
     }
 
-    /// Lets in connections that wait for a handshake slot while slots are
-    /// free (or given way), the one whose source holds the fewest
-    /// handshakes first; one refused otherwise (its source at its share
-    /// with nothing to give way) is closed.
-    fn unwait(&self, waiting: &mut Waiting<TcpStream>) {
-        while let Some(at) = self.state.fair.lightest(waiting.ips()) {
-            let Some(ip) = waiting.ips().nth(at) else { break };
-            match self.state.fair.admit(ip) {
+    /// Lets in connections that wait while slots are free (or given way),
+    /// those whose source holds the fewest handshakes first, until no
+    /// handshake slot is left; one whose source's own connections are still
+    /// being set up waits on; one refused otherwise (its source at its share,
+    /// every connection answering) is closed.
+    fn unwait(&self, waiting: &mut Waiting<Parked>) {
+        let ips: Vec<std::net::IpAddr> = waiting.ips().collect();
+        let mut done: Vec<(usize, Result<Admitted, Refused>)> = Vec::new();
+        for at in self.state.fair.order(ips.iter().copied()) {
+            match self.state.fair.admit(ips[at]) {
                 Err(Refused::Handshakes) => break,
-                Ok(admitted) => {
-                    if let Some((tcp, _)) = waiting.remove(at) {
-                        self.spawn(tcp, admitted);
+                Err(Refused::SetUp) => {
+                    if let Some(parked) = waiting.get_mut(at) {
+                        parked.1 = Refused::SetUp;
                     }
                 }
+                outcome => done.push((at, outcome)),
+            }
+        }
+        // Taken out from the last, so the indexes hold.
+        done.sort_unstable_by_key(|(at, _)| std::cmp::Reverse(*at));
+        for (at, outcome) in done {
+            let Some(((tcp, _), _)) = waiting.remove(at) else {
+                continue;
+            };
+            match outcome {
+                Ok(admitted) => self.spawn(tcp, admitted),
                 Err(why) => {
                     self.state.metrics.shed(why);
-                    drop(waiting.remove(at));
+                    drop(tcp);
                 }
             }
         }

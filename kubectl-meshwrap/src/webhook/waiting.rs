@@ -1,5 +1,7 @@
 //! Connections accepted while every handshake slot is taken and none may
-//! give way: they wait here for a slot instead of being refused.
+//! give way, or while their source is at its share and its own
+//! connections are all still being set up: they wait here for a slot
+//! instead of being refused.
 //!
 //! An API server speaks HTTP/1.1 to the webhook, one connection per review
 //! in flight, and keeps few idle (client-go's `idleConnsPerHost = 25`:
@@ -27,8 +29,11 @@
 //! the most waiting gives way, its oldest, if it holds more than the
 //! newcomer's source (by [`super::fair`]'s rule); otherwise the newcomer is
 //! closed. A freed slot goes to the waiting connection whose source holds
-//! the fewest handshakes ([`super::fair::Fair::lightest`]), so that a
+//! the fewest handshakes ([`super::fair::Fair::order`]), so that a
 //! flood's waiting connections do not take the slots its victims free.
+//! They are tried again whenever a handshake slot is given back or a
+//! connection ends or turns idle ([`super::fair::Fair::freed`]), and every
+//! [`super::fair::RETRY_WAITING`] while any wait.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -104,6 +109,11 @@ impl<T> Waiting<T> {
     /// The waiting connections' addresses, oldest first.
     pub fn ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.entries.iter().map(|e| e.ip)
+    }
+
+    /// The connection at `at` (of [`Waiting::ips`]).
+    pub fn get_mut(&mut self, at: usize) -> Option<&mut T> {
+        self.entries.get_mut(at).map(|e| &mut e.item)
     }
 
     /// Takes out the connection at `at` (of [`Waiting::ips`]).
