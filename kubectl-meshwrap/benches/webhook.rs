@@ -1537,8 +1537,9 @@ fn write_section(setup: &Setup, t: &Tables) {
          after a cut, and {SHARED_SLOW} slow clients, all from {POOL}; no non-reading clients. Before \
          issue 37 the address's share was refused at accept, so its new connections were too. Now a \
          source at its share makes room from its own oldest slow connection (its handshake more than \
-         20 ms over and no whole request), then its longest idle one, never one answering; the pool's \
-         kept-alive connections are idle only between their requests. The row of new connections \
+         20 ms over and no whole request, or a handshake over a second old), waits while one is younger, \
+         and takes the place of its longest idle one only when none is being set up, never one \
+         answering; the pool's kept-alive connections are idle only between their requests. The row of new connections \
          from the pool's address is the target.\n\n{shared}\n\
          Each connection's kernel buffers are fixed at 16 KiB (doubled by the kernel); autotuned, as before, \
          the 200 non-reading clients alone held about 80 MB of socket memory, which v2 would charge to the \

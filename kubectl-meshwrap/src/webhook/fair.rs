@@ -19,14 +19,14 @@
 //! - **A cap per source.** No source holds more than `--max-source-share`
 //!   of the connection slots. A newcomer from a source at its share takes
 //!   the place of its own source's oldest slow connection (set up more than
-//!   [`SETUP_GRACE_MS`] ago, no whole request), else its longest idle one
-//!   (a kept-alive connection between requests), else its oldest handshake
-//!   begun more than [`HANDSHAKE_GRACE_MS`] ago; while the only others are
-//!   younger (most likely the API server's own burst) it waits
-//!   (`Refused::SetUp`); it is closed at accept only when every connection
-//!   of its source is answering ([`Table::own_victim`]). So whoever shares
-//!   the API server's address cannot hold its share with idle or slow
-//!   connections.
+//!   [`SETUP_GRACE_MS`] ago with no whole request, or in a handshake begun
+//!   more than [`HANDSHAKE_GRACE_MS`] ago); while the source has a younger
+//!   one being set up (most likely the API server's own burst) it waits
+//!   (`Refused::SetUp`); with none being set up, it takes the place of the
+//!   source's longest idle one (a kept-alive connection between
+//!   requests); it is closed at accept only when every connection of its
+//!   source is answering ([`Table::own_victim`]). So whoever shares the API
+//!   server's address cannot hold its share with idle or slow connections.
 //! - **Handshakes.** The handshake slots have no cap per source: a source
 //!   may take every free one (an API server whose pool is cold opens as
 //!   many connections at once as it has admissions to send, all from one
@@ -548,27 +548,30 @@ impl Table {
     }
 
     /// The connection of `source` that gives way to its own newcomer when
-    /// it is at its share, the first of these not [`Conn::waiting_on_us`]
-    /// (at most [`PROBES`] looked at):
-    /// 1. one whose handshake ended more than `grace_ms` ago and whose first
-    ///    request has not arrived whole (slow), oldest first;
-    /// 2. one idle between requests, the longest idle first: an API
-    ///    server's client reuses its most recently used connection first,
-    ///    so the longest idle is the least likely to be written on as it
-    ///    closes (Go's net/http at golang/go a925402b,
+    /// it is at its share, the first not [`Conn::waiting_on_us`] (at most
+    /// [`PROBES`] looked at), or why there is none:
+    /// 1. one whose handshake ended more than [`SETUP_GRACE_MS`] ago (the
+    ///    first of `grace_ms`) and whose first request has not arrived
+    ///    whole: slow; oldest first;
+    /// 2. one in its handshake for more than [`HANDSHAKE_GRACE_MS`] (the
+    ///    second), oldest first;
+    /// 3. while the source still has a connection being set up (younger,
+    ///    or waiting on the server), none: the newcomer waits
+    ///    (`Refused::SetUp`). That one is most likely the API server's own,
+    ///    about to send its request, or soon slow (1. or 2.);
+    /// 4. with none being set up, one idle between requests, the longest
+    ///    idle first: an API server's client reuses its most recently used
+    ///    connection first, so the longest idle is the least likely to be
+    ///    written on as it closes (Go's net/http at golang/go a925402b,
     ///    src/net/http/transport.go: `queueForIdleConn` takes the idle
     ///    list's last, `removeIdleConnLocked` keeps "most recently-used
-    ///    conns at the end");
-    /// 3. one in its handshake for more than [`HANDSHAKE_GRACE_MS`] (the
-    ///    second of `grace_ms`; the first is the slow one's), oldest first.
+    ///    conns at the end"). Last, because closing a kept connection can
+    ///    still race a request written on it, which is not sent again (see
+    ///    the module's notes); a slow one costs no one a request.
     ///
     /// Never one answering a request, nor a kept connection whose next
-    /// request has begun to arrive: an API server that wrote a request on a
-    /// kept connection does not send it again (see the module's notes);
-    /// nor one set up or dialled less than that ago: that is most likely
-    /// the API server's own, about to send its request, and the
-    /// newcomer waits instead (`Refused::SetUp`). `refused` when every
-    /// connection of the source is answering.
+    /// request has begun to arrive. `refused` when every connection of the
+    /// source is answering.
     fn own_victim(&self, source: Source, now: u64, grace_ms: (u64, u64), refused: Refused) -> Result<Victim, Refused> {
         let h = self.sources.get(&source).ok_or(refused)?;
         let old = |at: &AtomicU64, grace: u64| at.load(Ordering::Relaxed).saturating_add(grace) <= now;
@@ -576,16 +579,19 @@ impl Table {
             .candidates
             .iter()
             .filter(|(id, c)| !h.handshakes.contains(id) && old(&c.set_up, grace_ms.0));
-        let idle = h.idle.values().map(|(id, c)| (id, c));
         let handshakes = h
             .candidates
             .iter()
             .filter(|(id, c)| h.handshakes.contains(id) && old(&c.admitted, grace_ms.1));
-        let found = slow
-            .chain(idle)
-            .chain(handshakes)
-            .take(PROBES)
-            .find(|(_, c)| !c.waiting_on_us());
+        let mut probes = slow.chain(handshakes).take(PROBES);
+        let found = match probes.find(|(_, c)| !c.waiting_on_us()) {
+            Some(found) => Some(found),
+            None if !h.candidates.is_empty() => return Err(Refused::SetUp),
+            None => {
+                let idle = h.idle.values().map(|(id, c)| (id, c));
+                idle.take(PROBES).find(|(_, c)| !c.waiting_on_us())
+            }
+        };
         match found {
             Some((id, conn)) => Ok(Victim {
                 source,
@@ -593,7 +599,7 @@ impl Table {
                 conn: conn.clone(),
                 handshaking: h.handshakes.contains(id),
             }),
-            None if h.candidates.is_empty() && h.idle.is_empty() => Err(refused),
+            None if h.idle.is_empty() => Err(refused),
             None => Err(Refused::SetUp),
         }
     }
@@ -886,8 +892,8 @@ mod tests {
     }
 
     #[test]
-    fn a_source_at_its_share_makes_room_from_its_own_oldest_slow_then_idle_connection_never_one_answering() {
-        // 25% of 12: 3 for each source; no grace, so a connection set up is slow at once.
+    fn a_source_at_its_share_makes_room_from_its_own_oldest_slow_connection_then_an_idle_one_never_one_answering() {
+        // 25% of 12: 3 for each source; no graces, so a connection set up is slow at once.
         let fair = Fair::with_grace(
             Caps {
                 connections: 12,
@@ -900,34 +906,34 @@ mod tests {
         let idle = answering(&fair, ip(2));
         idle.idle();
         let slow = open(&fair, ip(2));
-        // At its share: its newcomer takes the slow one's place ...
+        // At its share: its newcomer takes the slow one's place, not the idle one's ...
         let first = fair.admit(ip(2)).unwrap();
         assert_eq!(first.evicted, [Phase::Request]);
         assert!(slow.is_evicted() && !idle.is_evicted() && !busy.is_evicted());
-        first.ticket.handshaken();
-        first.ticket.answering();
-        // ... then, with none slow, the idle one's (a kept connection between requests).
+        // ... then, slow in its handshake, the first's.
         let second = fair.admit(ip(2)).unwrap();
-        assert_eq!(second.evicted, [Phase::Idle]);
-        assert!(idle.is_evicted() && !busy.is_evicted());
-        // Then one in its handshake, the last resort.
+        assert_eq!(second.evicted, [Phase::Handshake]);
+        assert!(first.ticket.is_evicted() && !idle.is_evicted());
+        // With none being set up, the idle one's (a kept connection between requests).
+        second.ticket.handshaken();
+        second.ticket.answering();
         let third = fair.admit(ip(2)).unwrap();
-        assert_eq!(third.evicted, [Phase::Handshake]);
-        assert!(second.ticket.is_evicted());
+        assert_eq!(third.evicted, [Phase::Idle]);
+        assert!(idle.is_evicted() && !busy.is_evicted() && !second.ticket.is_evicted());
         // Every one answering (or idle with its next request begun): refused.
         third.ticket.handshaken();
         third.ticket.answering();
-        first.ticket.idle();
-        first.ticket.busy();
+        second.ticket.idle();
+        second.ticket.busy();
         assert_eq!(fair.admit(ip(2)).err(), Some(Refused::SourceShare));
-        assert!(!busy.is_evicted() && !first.ticket.is_evicted() && !third.ticket.is_evicted());
+        assert!(!busy.is_evicted() && !second.ticket.is_evicted() && !third.ticket.is_evicted());
         // Another source was never asked.
         let _other = open(&fair, ip(3));
         assert_eq!(fair.counts().open, 4);
     }
 
     #[test]
-    fn a_connection_just_set_up_gives_way_to_its_sources_newcomer_only_after_the_idle_ones() {
+    fn a_newcomer_at_its_share_waits_while_its_sources_connections_are_just_set_up() {
         // A connection whose handshake has just ended, or just begun, is most
         // likely the API server's, about to send its request (graces of a
         // minute, so that nothing here grows slow). 25% of 8: 2.
@@ -942,14 +948,16 @@ mod tests {
         let idle = answering(&fair, ip(2));
         idle.idle();
         let just_set_up = open(&fair, ip(2));
+        // It waits (as for a handshake slot) rather than cut the one being set
+        // up, or close the idle one while it could soon have a slow one's place.
+        assert_eq!(fair.admit(ip(2)).err(), Some(Refused::SetUp));
+        assert!(Refused::SetUp.waits() && Refused::Handshakes.waits() && !Refused::SourceShare.waits());
+        assert!(!just_set_up.is_evicted() && !idle.is_evicted());
+        // Once that one is answering, the idle one gives way.
+        just_set_up.answering();
         let newcomer = fair.admit(ip(2)).unwrap();
         assert_eq!(newcomer.evicted, [Phase::Idle]);
         assert!(idle.is_evicted() && !just_set_up.is_evicted());
-        // Only connections just set up or dialled: the next one waits (as
-        // for a handshake slot) rather than cut one of them.
-        assert_eq!(fair.admit(ip(2)).err(), Some(Refused::SetUp));
-        assert!(Refused::SetUp.waits() && Refused::Handshakes.waits() && !Refused::SourceShare.waits());
-        assert!(!just_set_up.is_evicted() && !newcomer.ticket.is_evicted());
     }
 
     #[test]
