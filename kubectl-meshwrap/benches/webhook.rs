@@ -1040,6 +1040,33 @@ fn fresh_targets(plan: &Plan) -> (&'static str, &'static str) {
     }
 }
 
+/// The rows of what /metrics counted, and whether the peaks kept to the caps.
+fn metrics_rows(w: &Watch, max: u64) -> (String, bool) {
+    let m = &w.last;
+    let ok = w.connections <= max && w.handshakes <= 64 && w.sources <= max && w.waiting <= max;
+    let rows = format!(
+        "| shed at accept (/metrics) | max-connections {}, max-handshakes {}, source-share {} | | |\n\
+         | evicted for a newcomer (/metrics) | in their handshake {}, in their first request {}, idle between requests {} | | |\n\
+         | timed out (/metrics) | handshake {}, request {}, idle {} | | |\n\
+         | open connections / handshakes / waiting for a handshake slot / source addresses (peaks of /metrics every 250 ms) | {} / {} / {} / {} | <= {max} / <= 64 / <= {max} / <= {max} | {} |\n",
+        metric(m, "meshwrap_webhook_connections_shed_total{reason=\"max-connections\"}"),
+        metric(m, "meshwrap_webhook_connections_shed_total{reason=\"max-handshakes\"}"),
+        metric(m, "meshwrap_webhook_connections_shed_total{reason=\"source-share\"}"),
+        metric(m, "meshwrap_webhook_connections_evicted_total{phase=\"handshake\"}"),
+        metric(m, "meshwrap_webhook_connections_evicted_total{phase=\"request\"}"),
+        metric(m, "meshwrap_webhook_connections_evicted_total{phase=\"idle\"}"),
+        metric(m, "meshwrap_webhook_connections_timed_out_total{bound=\"handshake\"}"),
+        metric(m, "meshwrap_webhook_connections_timed_out_total{bound=\"request\"}"),
+        metric(m, "meshwrap_webhook_connections_timed_out_total{bound=\"idle\"}"),
+        w.connections,
+        w.handshakes,
+        w.waiting,
+        w.sources,
+        yes(ok),
+    );
+    (rows, ok)
+}
+
 /// The rows of one hostile run, and their judgment.
 fn flood_table(plan: &Plan, mut f: Flood) -> Judged {
     let (rows_legit, legit_ok) = legit_rows(
@@ -1068,19 +1095,14 @@ fn flood_table(plan: &Plan, mut f: Flood) -> Judged {
     let rows_idle = idle_rows(plan, &c.idle);
     let slow_ok = c.slow.cut.iter().all(|h| *h <= bound);
     let (w, m) = (&f.w, &f.w.last);
-    let max = plan.max_connections as u64;
-    let caps_ok = w.connections <= max && w.handshakes <= 64 && w.sources <= max && w.waiting <= max;
+    let (rows_metrics, caps_ok) = metrics_rows(w, plan.max_connections as u64);
     let slow_addresses = plan.slow_sources.len();
     let table = format!(
         "| measure | value | target | met |\n|---|---|---|---|\n\
          {}{rows_legit}{row_fresh}{row_pool}{rows_idle}\
          | slow clients (TLS, then part of a header) | {} dialling at once from {slow_addresses} address(es) ({} held at the peak); {} dials: {} held, {} refused; {} dials of the budget left at the end | | |\n\
          | slow clients cut off (timed out or evicted) | {} cut, p50 {:.1} s, max {:.1} s after their partial header (seen within 100 ms) | <= {bound:.0} s (--client-timeout {} s + 2 s) | {} |\n\
-         {rows_no_read}\
-         | shed at accept (/metrics) | max-connections {}, max-handshakes {}, source-share {} | | |\n\
-         | evicted for a newcomer (/metrics) | in their handshake {}, in their first request {}, idle between requests {} | | |\n\
-         | timed out (/metrics) | handshake {}, request {}, idle {} | | |\n\
-         | open connections / handshakes / waiting for a handshake slot / source addresses (peaks of /metrics every 250 ms) | {} / {} / {} / {} | <= {max} / <= 64 / <= {max} / <= {max} | {} |\n\
+         {rows_no_read}{rows_metrics}\
          | after the flood | a new connection {} | served | {} |\n",
         f.rows_group,
         plan.slow,
@@ -1094,20 +1116,6 @@ fn flood_table(plan: &Plan, mut f: Flood) -> Judged {
         c.slow.cut.last().copied().unwrap_or(0.0),
         plan.deadline.as_secs(),
         yes(slow_ok),
-        metric(m, "meshwrap_webhook_connections_shed_total{reason=\"max-connections\"}"),
-        metric(m, "meshwrap_webhook_connections_shed_total{reason=\"max-handshakes\"}"),
-        metric(m, "meshwrap_webhook_connections_shed_total{reason=\"source-share\"}"),
-        metric(m, "meshwrap_webhook_connections_evicted_total{phase=\"handshake\"}"),
-        metric(m, "meshwrap_webhook_connections_evicted_total{phase=\"request\"}"),
-        metric(m, "meshwrap_webhook_connections_evicted_total{phase=\"idle\"}"),
-        metric(m, "meshwrap_webhook_connections_timed_out_total{bound=\"handshake\"}"),
-        metric(m, "meshwrap_webhook_connections_timed_out_total{bound=\"request\"}"),
-        metric(m, "meshwrap_webhook_connections_timed_out_total{bound=\"idle\"}"),
-        w.connections,
-        w.handshakes,
-        w.waiting,
-        w.sources,
-        yes(caps_ok),
         if f.after { "is served" } else { "**is not served**" },
         yes(f.after),
     );
@@ -1482,6 +1490,40 @@ struct Tables<'a> {
     bodies: &'a str,
 }
 
+/// BENCHMARKS.md's text after the floods: the cold burst and the big bodies.
+fn after_floods(burst: &str, bodies: &str) -> String {
+    format!(
+        "### The API server's cold burst\n\n\
+         The webhook speaks HTTP/1.1, so the API server needs a connection per review in flight, and \
+         client-go keeps {KEPT_IDLE} idle per host: a burst of pod creations with a cold pool dials the \
+         difference at once, from one address. Here {BURST_ROUNDS} bursts of {BURST} connections, each \
+         dialled at once (a barrier) from {POOL} with the default caps (64 handshakes), in a fresh 64 MiB \
+         group; each client sends one review and is served when its answer comes within the manifests' \
+         timeoutSeconds (5 s) of the burst's start; {KEPT_IDLE} keep their connection until the burst \
+         is over, the rest close, and the next burst begins once all are gone. Before issue 37 every \
+         connection past the 64th was closed at accept while the burst's own handshakes held the slots \
+         (136 of 200 refused in the review's repro); now it waits for a slot, within --client-timeout.\n\n\
+         {burst}\n\
+         ### Near-3 MiB bodies in the same limit\n\n\
+         Each /mutate body is held whole (up to the API server's 3 MiB) until it can be decided. {BODY_CLIENTS} \
+         clients, each from an address of its own, stream a {BODY_SIZE}-byte review over about 6 s, while \
+         the 1,000/s load runs. Bodies \
+         in flight share a 16 MiB budget, taken by Content-Length before the body is read and held until \
+         the review built from the body is dropped, with a 4 MiB lane \
+         for bodies of at most 64 KiB (every ordinary pod); a request the budget cannot cover is answered 503 \
+         with Retry-After at once. The server before the budget (at 07eee1f) was OOM-killed by this run. \
+         Each big-body client tries once: those refused would have to retry, so a flood of big bodies \
+         costs other big bodies their turn, not the ordinary pods. The {BODY_CLIENTS} clients dial at \
+         once, more than the 64 handshake slots, each from an address holding none, so each newcomer \
+         takes the place of the oldest handshake waiting on its client; a client whose dial fails \
+         redials 200 ms later, for up to 30 s. The load generator shares the server's 2 cores, so its \
+         clients are slow to send their last handshake message: one evicted then believes its \
+         handshake done and finds its connection closed (counted as closed before an answer could be \
+         read). Before fair shares, the newcomers beyond the 64 were refused at accept instead, and \
+         redialled.\n\n{bodies}"
+    )
+}
+
 fn write_section(setup: &Setup, t: &Tables) {
     let which = setup.which;
     let Tables {
@@ -1492,6 +1534,7 @@ fn write_section(setup: &Setup, t: &Tables) {
         burst,
         bodies,
     } = t;
+    let rest = after_floods(burst, bodies);
     let section = format!(
         "{MARKER}\n## kubectl-meshwrap webhook\n\nProduced by `cargo bench -p kubectl-meshwrap --bench webhook` \
          (kubectl-meshwrap/benches/webhook.rs) with {which}: open-loop load at a fixed rate (each \
@@ -1544,34 +1587,7 @@ fn write_section(setup: &Setup, t: &Tables) {
          Each connection's kernel buffers are fixed at 16 KiB (doubled by the kernel); autotuned, as before, \
          the 200 non-reading clients alone held about 80 MB of socket memory, which v2 would charge to the \
          64 MiB.\n\n\
-         ### The API server's cold burst\n\n\
-         The webhook speaks HTTP/1.1, so the API server needs a connection per review in flight, and \
-         client-go keeps {KEPT_IDLE} idle per host: a burst of pod creations with a cold pool dials the \
-         difference at once, from one address. Here {BURST_ROUNDS} bursts of {BURST} connections, each \
-         dialled at once (a barrier) from {POOL} with the default caps (64 handshakes), in a fresh 64 MiB \
-         group; each client sends one review and is served when its answer comes within the manifests' \
-         timeoutSeconds (5 s) of the burst's start; {KEPT_IDLE} keep their connection until the burst \
-         is over, the rest close, and the next burst begins once all are gone. Before issue 37 every \
-         connection past the 64th was closed at accept while the burst's own handshakes held the slots \
-         (136 of 200 refused in the review's repro); now it waits for a slot, within --client-timeout.\n\n\
-         {burst}\n\
-         ### Near-3 MiB bodies in the same limit\n\n\
-         Each /mutate body is held whole (up to the API server's 3 MiB) until it can be decided. {BODY_CLIENTS} \
-         clients, each from an address of its own, stream a {BODY_SIZE}-byte review over about 6 s, while \
-         the 1,000/s load runs. Bodies \
-         in flight share a 16 MiB budget, taken by Content-Length before the body is read and held until \
-         the review built from the body is dropped, with a 4 MiB lane \
-         for bodies of at most 64 KiB (every ordinary pod); a request the budget cannot cover is answered 503 \
-         with Retry-After at once. The server before the budget (at 07eee1f) was OOM-killed by this run. \
-         Each big-body client tries once: those refused would have to retry, so a flood of big bodies \
-         costs other big bodies their turn, not the ordinary pods. The {BODY_CLIENTS} clients dial at \
-         once, more than the 64 handshake slots, each from an address holding none, so each newcomer \
-         takes the place of the oldest handshake waiting on its client; a client whose dial fails \
-         redials 200 ms later, for up to 30 s. The load generator shares the server's 2 cores, so its \
-         clients are slow to send their last handshake message: one evicted then believes its \
-         handshake done and finds its connection closed (counted as closed before an answer could be \
-         read). Before fair shares, the newcomers beyond the 64 were refused at accept instead, and \
-         redialled.\n\n{bodies}",
+         {rest}",
         FLOOD.as_secs(),
         FRESH_EVERY.as_millis(),
     );

@@ -54,7 +54,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_rustls::TlsAcceptor;
 
 use super::admission::{self, MAX_BODY, Settings};
@@ -131,7 +131,7 @@ async fn serve(config: Config) -> i32 {
             return code;
         }
     };
-    let (mut term, mut int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+    let (term, int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
         (Ok(t), Ok(i)) => (t, i),
         _ => {
             log::error("cannot serve", &[("error", json!("cannot handle SIGTERM"))]);
@@ -158,7 +158,18 @@ async fn serve(config: Config) -> i32 {
         ],
     );
     tokio::spawn(reload(certificates));
-    let state = Arc::new(State {
+    let state = state(&config);
+    let graceful = GracefulShutdown::new();
+    serve_until_stopped(&listener, &acceptor, &state, &graceful, &config, (term, int)).await;
+    drop(listener);
+    drain(graceful, config.drain_timeout).await;
+    state.events.finish().await;
+    0
+}
+
+/// What every connection shares.
+fn state(config: &Config) -> Arc<State> {
+    Arc::new(State {
         settings: config.settings.clone(),
         metrics: Metrics::default(),
         draining: AtomicBool::new(false),
@@ -171,35 +182,34 @@ async fn serve(config: Config) -> i32 {
         }),
         bodies: BodyBudget::new(BODY_BUDGET, SMALL_LANE, SMALL_BODY),
         events: Events::start(&config.events),
-    });
-    let graceful = GracefulShutdown::new();
+    })
+}
+
+/// The accept loop, with the connections waiting for a slot, until the
+/// drain's delay after SIGTERM (or SIGINT) has passed.
+async fn serve_until_stopped(
+    listener: &TcpListener,
+    acceptor: &TlsAcceptor,
+    state: &Arc<State>,
+    graceful: &GracefulShutdown,
+    config: &Config,
+    (mut term, mut int): (Signal, Signal),
+) {
+    let serving = Serving {
+        acceptor,
+        state,
+        graceful,
+    };
     let mut waiting = Waiting::new(config.max_connections, config.client_timeout);
     let mut stop_at: Option<tokio::time::Instant> = None;
     loop {
-        let stop = async {
-            match stop_at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        let expiry = waiting.next_expiry();
-        let expired = async {
-            match expiry {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        let serving = Serving {
-            acceptor: &acceptor,
-            state: &state,
-            graceful: &graceful,
-        };
+        let (stop, expiry) = (stop_at, waiting.next_expiry());
         tokio::select! {
             accepted = listener.accept() => serving.accept(accepted, &mut waiting).await,
             () = state.fair.freed(), if !waiting.is_empty() => serving.unwait(&mut waiting),
             // A connection just set up grows slow with time: no event says so.
             () = tokio::time::sleep(RETRY_WAITING), if !waiting.is_empty() => serving.unwait(&mut waiting),
-            () = expired => {
+            () = sleep_until(expiry) => {
                 // Waited --client-timeout for a slot: closed, as a handshake
                 // that long would have been.
                 for (tcp, why) in waiting.expired(tokio::time::Instant::now()) {
@@ -208,19 +218,23 @@ async fn serve(config: Config) -> i32 {
                 }
             }
             _ = term.recv(), if stop_at.is_none() => {
-                stop_at = Some(begin_drain(&state, "SIGTERM", config.shutdown_delay));
+                stop_at = Some(begin_drain(state, "SIGTERM", config.shutdown_delay));
             }
             _ = int.recv(), if stop_at.is_none() => {
-                stop_at = Some(begin_drain(&state, "SIGINT", config.shutdown_delay));
+                stop_at = Some(begin_drain(state, "SIGINT", config.shutdown_delay));
             }
-            () = stop => break,
+            () = sleep_until(stop) => break,
         }
         state.fair.set_waiting(waiting.len());
     }
-    drop(listener);
-    drain(graceful, config.drain_timeout).await;
-    state.events.finish().await;
-    0
+}
+
+/// Sleeps until `at`, or forever.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The certificates (re-read as they change) and the TLS acceptor over

@@ -93,7 +93,9 @@ impl<T> Waiting<T> {
             let Some((heavy, _)) = heaviest else {
                 return Some(item);
             };
-            let at = self.entries.iter().position(|e| e.source == heavy)?;
+            let Some(at) = self.entries.iter().position(|e| e.source == heavy) else {
+                return Some(item);
+            };
             shed = self.remove(at).map(|(item, _)| item);
         }
         *self.per_source.entry(source).or_default() += 1;
