@@ -1567,7 +1567,10 @@ fn write_section(setup: &Setup, t: &Tables) {
          (127.2.0.1). No address may hold more than 25% of the connection slots (128). Handshakes have \
          no cap per address (an API server with a cold pool dials many at once): when all 64 are \
          under way, a newcomer takes the place of the oldest of the address holding the most. So these \
-         two cannot fill the server, and every other address finds room.\n\n{one}\n\
+         two cannot fill the server, and every other address finds room. Since issue 37 a newcomer of \
+         the flooding address at its share takes the place of that address's own oldest slow client \
+         instead of being refused at accept, so each redial is a handshake (evicted in their first \
+         request, below): the legitimate latency is largely that CPU's.\n\n{one}\n\
          #### Many-source flood\n\n\
          The same clients spread over {MANY_SOURCES} addresses (127.1.k.1), slow and non-reading \
          alike: each holds less than its cap, together they fill the 512 slots. A newcomer gets in by \
