@@ -33,8 +33,14 @@
 //! if answered within the manifests' timeoutSeconds (5 s). Twice: the
 //! **one-source flood** (the slow clients from one address, the non-reading
 //! ones from a second) and the **many-source flood** (both spread over 64
-//! addresses). A third server, in a fresh group, takes 200 clients each
-//! streaming a 2.9 MB body over about 6 s, with the same legitimate load.
+//! addresses); then the **shared-address flood** (issue 37): 128 idle TLS
+//! connections and 2,000 slow clients from the pool's own address, no
+//! non-reading ones. Then **the API server's cold burst**: 5 bursts of 200
+//! connections dialled at once from one address, each posting one review,
+//! served if answered within 5 s of the burst's start (25 kept after their
+//! answer, as client-go keeps 25 idle). A last server, in a fresh group,
+//! takes 200 clients each streaming a 2.9 MB body over about 6 s, with the
+//! same legitimate load.
 //!
 //! Every loop ends by a count and a time. The bench raises its own
 //! RLIMIT_NOFILE to the hard limit (5,000 sockets and more are open at
@@ -48,9 +54,10 @@
 //! server would not). RSS is the server's peak (VmHWM). Writes its section
 //! of BENCHMARKS.md unless run with `--quick` or `--hostile` (the hostile
 //! part only, nothing written). `--quick` (CI): 10,000 requests of steady
-//! load, then both floods small and short (600 slow and 20 non-reading
+//! load, then the three floods small and short (600 slow and 20 non-reading
 //! clients for 5 s against `--max-connections 64`, 8 addresses for the
-//! many-source one, no memory group): the tables are printed, and each
+//! many-source one; 16 idle and 200 slow for the shared-address one; no
+//! memory group, no cold burst): the tables are printed, and each
 //! flood must have refused a share or evicted a connection, with the server
 //! alive and serving after; nothing written.
 
@@ -74,7 +81,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::https::*;
-use hostile::{Fresh, Held, SlowStats, dial, fresh, no_read_client, slow_share};
+use hostile::{Fresh, Held, PARTIAL_HEADER, SlowStats, dial, fresh, no_read_client, slow_share};
 
 const MARKER: &str = "<!-- kubectl-meshwrap webhook benchmark -->";
 const RATE: f64 = 1000.0;
@@ -589,6 +596,10 @@ fn against_baseline(setup: &Setup, baseline: &str, quick: bool) -> (String, bool
 const POOL: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 const WATCHER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const FRESH: Ipv4Addr = Ipv4Addr::new(127, 3, 0, 1);
+/// The shared-address flood: idle TLS connections (25% of 512) and slow
+/// clients from the API server's own address.
+const SHARED_IDLE: usize = 128;
+const SHARED_SLOW: usize = 2_000;
 /// A fresh legitimate connection every 100 ms, from each of POOL and FRESH.
 const FRESH_EVERY: Duration = Duration::from_millis(100);
 /// The share of fresh connections to be served within the API server's timeout.
@@ -603,6 +614,10 @@ struct Plan {
     slow_sources: Vec<Ipv4Addr>,
     /// And the non-reading clients these.
     no_read_sources: Vec<Ipv4Addr>,
+    /// Connections that finish TLS and send nothing, held (redialled 2 s
+    /// after a cut), from `idle_sources`.
+    idle: usize,
+    idle_sources: Vec<Ipv4Addr>,
     /// The API server's pooled keep-alive connections, and their rate.
     pool: usize,
     rate: f64,
@@ -633,6 +648,20 @@ impl Plan {
         plan
     }
 
+    /// Whoever shares the API server's own address (POOL): 128 idle TLS
+    /// connections (its whole share at the defaults) and 2,000 slow
+    /// clients, all from POOL; no non-reading clients (a tenth of each
+    /// with --quick).
+    fn shared_address(quick: bool) -> Plan {
+        let mut plan = Plan::full_or_quick("shared-address", quick);
+        plan.slow = if quick { 200 } else { SHARED_SLOW };
+        plan.no_read = 0;
+        plan.slow_sources = vec![POOL];
+        plan.idle = if quick { 16 } else { SHARED_IDLE };
+        plan.idle_sources = vec![POOL];
+        plan
+    }
+
     fn full_or_quick(name: &'static str, quick: bool) -> Plan {
         let plan = Plan {
             name,
@@ -640,6 +669,8 @@ impl Plan {
             no_read: NO_READ,
             slow_sources: Vec::new(),
             no_read_sources: Vec::new(),
+            idle: 0,
+            idle_sources: Vec::new(),
             pool: CONNECTIONS,
             rate: RATE,
             flood: FLOOD,
@@ -682,6 +713,7 @@ impl Plan {
 struct Watch {
     connections: u64,
     handshakes: u64,
+    waiting: u64,
     sources: u64,
     body_bytes: u64,
     charged: u64,
@@ -706,6 +738,7 @@ fn watch(mut client: Client, group: Option<&MemCgroup>, until: Instant) -> Watch
                 let text = r.text();
                 w.connections = w.connections.max(metric(&text, "meshwrap_webhook_connections"));
                 w.handshakes = w.handshakes.max(metric(&text, "meshwrap_webhook_handshakes"));
+                w.waiting = w.waiting.max(metric(&text, "meshwrap_webhook_waiting"));
                 w.sources = w.sources.max(metric(&text, "meshwrap_webhook_sources"));
                 w.body_bytes = w.body_bytes.max(metric(&text, "meshwrap_webhook_body_bytes"));
                 w.last = text;
@@ -793,6 +826,7 @@ fn legit_rows(load: &Load, rate: f64, what: &str) -> (String, bool) {
 /// What a hostile run's clients met.
 struct Clients {
     slow: SlowStats,
+    idle: SlowStats,
     held: Vec<Held>,
     no_read_refused: usize,
     fresh: Fresh,
@@ -817,9 +851,16 @@ fn start_clients(setup: &Setup, plan: &Plan, port: u16, until: Instant) -> impl 
                 .map(|i| plan.slow_sources[i % plan.slow_sources.len()])
                 .collect();
             let config = config.clone();
-            std::thread::spawn(move || slow_share(port, config, sources, SLOW_DIALS, until))
+            std::thread::spawn(move || slow_share(port, config, sources, PARTIAL_HEADER, SLOW_DIALS, until))
         })
         .collect();
+    let idle = {
+        let sources = (0..plan.idle)
+            .map(|i| plan.idle_sources[i % plan.idle_sources.len()])
+            .collect();
+        let config = config.clone();
+        std::thread::spawn(move || slow_share(port, config, sources, b"", SLOW_DIALS, until))
+    };
     let fresh_from = |source| {
         let (config, body) = (config.clone(), setup.bodies[3].clone());
         std::thread::spawn(move || fresh(source, port, config, body, FRESH_EVERY, until))
@@ -828,6 +869,7 @@ fn start_clients(setup: &Setup, plan: &Plan, port: u16, until: Instant) -> impl 
     move || {
         let mut stats = SlowStats::default();
         slow.into_iter().for_each(|h| stats.add(h.join().unwrap()));
+        let idle = idle.join().unwrap();
         let (mut held, mut no_read_refused) = (Vec::new(), 0);
         for h in no_read {
             let (h, r) = h.join().unwrap();
@@ -836,6 +878,7 @@ fn start_clients(setup: &Setup, plan: &Plan, port: u16, until: Instant) -> impl 
         }
         Clients {
             slow: stats,
+            idle,
             held,
             no_read_refused,
             fresh: third.join().unwrap(),
@@ -931,6 +974,99 @@ struct Judged {
     exercised: bool,
 }
 
+/// The rows of the non-reading clients (none without them), and whether
+/// each round was cut within `bound` s.
+fn no_read_rows(plan: &Plan, held: &[Held], refused: usize, bound: f64) -> (String, bool) {
+    if plan.no_read == 0 {
+        return (String::new(), true);
+    }
+    let mut first: Vec<f64> = held.iter().map(|h| h.from_first).collect();
+    let mut blocked: Vec<f64> = held.iter().map(|h| h.from_blocked).collect();
+    first.sort_by(f64::total_cmp);
+    blocked.sort_by(f64::total_cmp);
+    let ok = !blocked.is_empty() && blocked.iter().all(|h| *h <= bound);
+    let rows = format!(
+        "| non-reading clients | {} at once from {} address(es); {} rounds of pipelining without reading ({refused} dials refused) | | |\n\
+         | non-reading clients cut off, from their first byte | p50 {:.1} s, max {:.1} s ({} never cut) | reported: answers flow until the buffers fill | |\n\
+         | non-reading clients cut off, from their first blocked write | p50 {:.1} s, max {:.1} s | every round <= {bound:.0} s (--client-timeout {} s + 2 s) | {} |\n",
+        plan.no_read,
+        plan.no_read_sources.len(),
+        held.len(),
+        percentile(&first, 0.5),
+        first.last().copied().unwrap_or(f64::NAN),
+        first.iter().filter(|h| h.is_infinite()).count(),
+        percentile(&blocked, 0.5),
+        blocked.last().copied().unwrap_or(f64::NAN),
+        plan.deadline.as_secs(),
+        yes(ok),
+    );
+    (rows, ok)
+}
+
+/// The rows of the idle TLS connections (none without them).
+fn idle_rows(plan: &Plan, idle: &SlowStats) -> String {
+    if plan.idle == 0 {
+        return String::new();
+    }
+    format!(
+        "| idle TLS connections (handshake done, nothing sent) | {} held at once from {} ({} held at the peak); {} dials: {} held, {} refused; {} cut (timed out or evicted) | | |\n",
+        plan.idle,
+        plan.idle_sources[0],
+        idle.peak_open,
+        idle.dials,
+        idle.held,
+        idle.refused,
+        idle.cut.len(),
+    )
+}
+
+/// What a plan's fresh connections are held to: the one-source and
+/// shared-address floods are the targets of issues; the many-source one
+/// is the design's claim.
+fn fresh_targets(plan: &Plan) -> (&'static str, &'static str) {
+    match plan.name {
+        "one-source" => (
+            ">= 99% served, each < 5 s (the manifests' timeoutSeconds)",
+            "the design's claim: >= 99% served, each < 5 s",
+        ),
+        "shared-address" => (
+            "the design's claim: >= 99% served, each < 5 s",
+            ">= 99% served, each < 5 s (the manifests' timeoutSeconds)",
+        ),
+        _ => (
+            "the design's claim (docs/webhook.md): >= 99% served, each < 5 s",
+            "the design's claim: >= 99% served, each < 5 s",
+        ),
+    }
+}
+
+/// The rows of what /metrics counted, and whether the peaks kept to the caps.
+fn metrics_rows(w: &Watch, max: u64) -> (String, bool) {
+    let m = &w.last;
+    let ok = w.connections <= max && w.handshakes <= 64 && w.sources <= max && w.waiting <= max;
+    let rows = format!(
+        "| shed at accept (/metrics) | max-connections {}, max-handshakes {}, source-share {} | | |\n\
+         | evicted for a newcomer (/metrics) | in their handshake {}, in their first request {}, idle between requests {} | | |\n\
+         | timed out (/metrics) | handshake {}, request {}, idle {} | | |\n\
+         | open connections / handshakes / waiting for a handshake slot / source addresses (peaks of /metrics every 250 ms) | {} / {} / {} / {} | <= {max} / <= 64 / <= {max} / <= {max} | {} |\n",
+        metric(m, "meshwrap_webhook_connections_shed_total{reason=\"max-connections\"}"),
+        metric(m, "meshwrap_webhook_connections_shed_total{reason=\"max-handshakes\"}"),
+        metric(m, "meshwrap_webhook_connections_shed_total{reason=\"source-share\"}"),
+        metric(m, "meshwrap_webhook_connections_evicted_total{phase=\"handshake\"}"),
+        metric(m, "meshwrap_webhook_connections_evicted_total{phase=\"request\"}"),
+        metric(m, "meshwrap_webhook_connections_evicted_total{phase=\"idle\"}"),
+        metric(m, "meshwrap_webhook_connections_timed_out_total{bound=\"handshake\"}"),
+        metric(m, "meshwrap_webhook_connections_timed_out_total{bound=\"request\"}"),
+        metric(m, "meshwrap_webhook_connections_timed_out_total{bound=\"idle\"}"),
+        w.connections,
+        w.handshakes,
+        w.waiting,
+        w.sources,
+        yes(ok),
+    );
+    (rows, ok)
+}
+
 /// The rows of one hostile run, and their judgment.
 fn flood_table(plan: &Plan, mut f: Flood) -> Judged {
     let (rows_legit, legit_ok) = legit_rows(
@@ -942,45 +1078,31 @@ fn flood_table(plan: &Plan, mut f: Flood) -> Judged {
         ),
     );
     let c = &mut f.clients;
-    let claim = if plan.name == "one-source" {
-        ">= 99% served, each < 5 s (the manifests' timeoutSeconds)"
-    } else {
-        "the design's claim (docs/webhook.md): >= 99% served, each < 5 s"
-    };
+    let (third_target, pool_target) = fresh_targets(plan);
     let (row_fresh, fresh_ok) = fresh_row(
         &c.fresh,
         &format!("new connections from a third address ({FRESH})"),
-        claim,
+        third_target,
     );
     let (row_pool, pool_ok) = fresh_row(
         &c.fresh_pool,
         &format!("new connections from the pooled load's address ({POOL})"),
-        "the design's claim: >= 99% served, each < 5 s",
+        pool_target,
     );
-    let mut first: Vec<f64> = c.held.iter().map(|h| h.from_first).collect();
-    let mut blocked: Vec<f64> = c.held.iter().map(|h| h.from_blocked).collect();
-    first.sort_by(f64::total_cmp);
-    blocked.sort_by(f64::total_cmp);
     c.slow.cut.sort_by(f64::total_cmp);
     let bound = plan.deadline.as_secs_f64() + 2.0;
-    let no_read_ok = !blocked.is_empty() && blocked.iter().all(|h| *h <= bound);
+    let (rows_no_read, no_read_ok) = no_read_rows(plan, &c.held, c.no_read_refused, bound);
+    let rows_idle = idle_rows(plan, &c.idle);
     let slow_ok = c.slow.cut.iter().all(|h| *h <= bound);
     let (w, m) = (&f.w, &f.w.last);
-    let max = plan.max_connections as u64;
-    let caps_ok = w.connections <= max && w.handshakes <= 64 && w.sources <= max;
-    let (slow_addresses, no_read_addresses) = (plan.slow_sources.len(), plan.no_read_sources.len());
+    let (rows_metrics, caps_ok) = metrics_rows(w, plan.max_connections as u64);
+    let slow_addresses = plan.slow_sources.len();
     let table = format!(
         "| measure | value | target | met |\n|---|---|---|---|\n\
-         {}{rows_legit}{row_fresh}{row_pool}\
+         {}{rows_legit}{row_fresh}{row_pool}{rows_idle}\
          | slow clients (TLS, then part of a header) | {} dialling at once from {slow_addresses} address(es) ({} held at the peak); {} dials: {} held, {} refused; {} dials of the budget left at the end | | |\n\
          | slow clients cut off (timed out or evicted) | {} cut, p50 {:.1} s, max {:.1} s after their partial header (seen within 100 ms) | <= {bound:.0} s (--client-timeout {} s + 2 s) | {} |\n\
-         | non-reading clients | {} at once from {no_read_addresses} address(es); {} rounds of pipelining without reading ({} dials refused) | | |\n\
-         | non-reading clients cut off, from their first byte | p50 {:.1} s, max {:.1} s ({} never cut) | reported: answers flow until the buffers fill | |\n\
-         | non-reading clients cut off, from their first blocked write | p50 {:.1} s, max {:.1} s | every round <= {bound:.0} s (--client-timeout {} s + 2 s) | {} |\n\
-         | shed at accept (/metrics) | max-connections {}, max-handshakes {}, source-share {} | | |\n\
-         | evicted for a newcomer (/metrics) | in their handshake {}, in their first request {} | | |\n\
-         | timed out (/metrics) | handshake {}, request {}, idle {} | | |\n\
-         | open connections / handshakes / source addresses (peaks of /metrics every 250 ms) | {} / {} / {} | <= {max} / <= 64 / <= {max} | {} |\n\
+         {rows_no_read}{rows_metrics}\
          | after the flood | a new connection {} | served | {} |\n",
         f.rows_group,
         plan.slow,
@@ -994,28 +1116,6 @@ fn flood_table(plan: &Plan, mut f: Flood) -> Judged {
         c.slow.cut.last().copied().unwrap_or(0.0),
         plan.deadline.as_secs(),
         yes(slow_ok),
-        plan.no_read,
-        c.held.len(),
-        c.no_read_refused,
-        percentile(&first, 0.5),
-        first.last().copied().unwrap_or(f64::NAN),
-        first.iter().filter(|h| h.is_infinite()).count(),
-        percentile(&blocked, 0.5),
-        blocked.last().copied().unwrap_or(f64::NAN),
-        plan.deadline.as_secs(),
-        yes(no_read_ok),
-        metric(m, "meshwrap_webhook_connections_shed_total{reason=\"max-connections\"}"),
-        metric(m, "meshwrap_webhook_connections_shed_total{reason=\"max-handshakes\"}"),
-        metric(m, "meshwrap_webhook_connections_shed_total{reason=\"source-share\"}"),
-        metric(m, "meshwrap_webhook_connections_evicted_total{phase=\"handshake\"}"),
-        metric(m, "meshwrap_webhook_connections_evicted_total{phase=\"request\"}"),
-        metric(m, "meshwrap_webhook_connections_timed_out_total{bound=\"handshake\"}"),
-        metric(m, "meshwrap_webhook_connections_timed_out_total{bound=\"request\"}"),
-        metric(m, "meshwrap_webhook_connections_timed_out_total{bound=\"idle\"}"),
-        w.connections,
-        w.handshakes,
-        w.sources,
-        yes(caps_ok),
         if f.after { "is served" } else { "**is not served**" },
         yes(f.after),
     );
@@ -1030,9 +1130,139 @@ fn flood_table(plan: &Plan, mut f: Flood) -> Judged {
         && w.scrapes_failed == 0;
     let fairness = metric(m, "meshwrap_webhook_connections_shed_total{reason=\"source-share\"}")
         + metric(m, "meshwrap_webhook_connections_evicted_total{phase=\"handshake\"}")
-        + metric(m, "meshwrap_webhook_connections_evicted_total{phase=\"request\"}");
+        + metric(m, "meshwrap_webhook_connections_evicted_total{phase=\"request\"}")
+        + metric(m, "meshwrap_webhook_connections_evicted_total{phase=\"idle\"}");
     let exercised = f.group_ok && f.after && fairness > 0;
     Judged { table, ok, exercised }
+}
+
+/// The API server's cold burst: connections dialled at once from one
+/// address (POOL), each sending one review, BURST_ROUNDS times.
+const BURST: usize = 200;
+const BURST_ROUNDS: usize = 5;
+/// Connections client-go keeps idle per host (`idleConnsPerHost`); the
+/// burst's clients keep as many after their answer, and close the rest.
+const KEPT_IDLE: usize = 25;
+
+/// One client of a burst: dials from POOL once `start` opens, posts one
+/// review; its outcome as [`Fresh`] counts it, with the time from the
+/// burst's start, and its connection if it is one of the KEPT_IDLE kept.
+fn burst_client(
+    port: u16,
+    config: Arc<rustls::ClientConfig>,
+    body: Arc<Vec<u8>>,
+    start: Arc<std::sync::Barrier>,
+    kept: Arc<AtomicUsize>,
+) -> (Fresh, Option<Client>) {
+    let mut f = Fresh::default();
+    start.wait();
+    let at = Instant::now();
+    let Ok(mut client) = dial(POOL, port, &config, hostile::API_TIMEOUT) else {
+        f.refused += 1;
+        return (f, None);
+    };
+    match client.post(&body) {
+        Ok(r) if r.status == 200 => {
+            let took = at.elapsed();
+            f.latencies.push(took.as_secs_f64() * 1000.0);
+            if took < hostile::API_TIMEOUT {
+                f.served += 1;
+            } else {
+                f.late += 1;
+            }
+        }
+        _ => f.failed += 1,
+    }
+    let keep = kept.fetch_add(1, Ordering::Relaxed) < KEPT_IDLE;
+    (f, keep.then_some(client))
+}
+
+/// BURST_ROUNDS bursts of BURST new connections at once from one address,
+/// against a server with the default caps in a 64 MiB group; each round
+/// begins once the last one's connections are gone.
+fn cold_burst(setup: &Setup, rounds: usize) -> (String, bool) {
+    let group = MemCgroup::create("burst").unwrap_or_else(|e| panic!("{e}"));
+    let mut server = start(setup, &setup.bin, "burst", Some(&group), &[]);
+    let port = server.port;
+    let mut watcher = dial(WATCHER, port, &setup.config, Duration::from_secs(20)).unwrap();
+    let body = Arc::new(setup.bodies[3].clone());
+    let mut all = Fresh::default();
+    let mut peak = 0;
+    for _ in 0..rounds {
+        let start = Arc::new(std::sync::Barrier::new(BURST));
+        let kept = Arc::new(AtomicUsize::new(0));
+        let clients: Vec<_> = (0..BURST)
+            .map(|_| {
+                let (config, body, start, kept) = (setup.config.clone(), body.clone(), start.clone(), kept.clone());
+                std::thread::spawn(move || burst_client(port, config, body, start, kept))
+            })
+            .collect();
+        let mut pool = Vec::new();
+        for c in clients {
+            let (f, client) = c.join().unwrap();
+            all.served += f.served;
+            all.refused += f.refused;
+            all.failed += f.failed;
+            all.late += f.late;
+            all.latencies.extend(f.latencies);
+            pool.extend(client);
+        }
+        let text = watcher.get("/metrics").map(|r| r.text()).unwrap_or_default();
+        peak = peak.max(metric(&text, "meshwrap_webhook_connections"));
+        // The pool goes cold: its connections close before the next burst.
+        drop(pool);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let text = watcher.get("/metrics").map(|r| r.text()).unwrap_or_default();
+            if metric(&text, "meshwrap_webhook_connections") == 1 {
+                break;
+            }
+        }
+    }
+    let last = watcher.get("/metrics").map(|r| r.text()).unwrap_or_default();
+    all.latencies.sort_by(f64::total_cmp);
+    let (rows_group, group_ok) = group_rows(Some(&group), &mut server, group.charged());
+    server.stop();
+    drop(group);
+    let tried = all.tried();
+    let ok = tried == rounds * BURST && all.served == tried;
+    let l = &all.latencies;
+    let table = format!(
+        "| measure | value | target | met |\n|---|---|---|---|\n\
+         {rows_group}\
+         | bursts | {rounds} of {BURST} connections dialled at once from {POOL}, each sending one review; {KEPT_IDLE} kept after their answer, the rest closed (as client-go) | | |\n\
+         | served within the manifests' timeoutSeconds (5 s) | {tried} tried: {} served ({:.1}%), {} refused at connect, {} failed after, {} answered late | 100% | {} |\n\
+         | burst start to answer | p50 / p99 / max {:.1} / {:.1} / {:.1} ms | < 5 s | {} |\n\
+         | shed at accept (/metrics) | max-connections {}, max-handshakes {}, source-share {} | | |\n\
+         | evicted for a newcomer (/metrics) | in their handshake {}, in their first request {}, idle between requests {} | | |\n\
+         | open connections after a burst (peak) | {peak} | | |\n",
+        all.served,
+        all.served as f64 / tried.max(1) as f64 * 100.0,
+        all.refused,
+        all.failed,
+        all.late,
+        yes(ok),
+        percentile(l, 0.5),
+        percentile(l, 0.99),
+        l.last().copied().unwrap_or(f64::NAN),
+        yes(ok),
+        metric(
+            &last,
+            "meshwrap_webhook_connections_shed_total{reason=\"max-connections\"}"
+        ),
+        metric(
+            &last,
+            "meshwrap_webhook_connections_shed_total{reason=\"max-handshakes\"}"
+        ),
+        metric(
+            &last,
+            "meshwrap_webhook_connections_shed_total{reason=\"source-share\"}"
+        ),
+        metric(&last, "meshwrap_webhook_connections_evicted_total{phase=\"handshake\"}"),
+        metric(&last, "meshwrap_webhook_connections_evicted_total{phase=\"request\"}"),
+        metric(&last, "meshwrap_webhook_connections_evicted_total{phase=\"idle\"}"),
+    );
+    (table, ok && group_ok)
 }
 
 /// A review padded to `BODY_SIZE` bytes with an annotation: valid JSON the
@@ -1189,15 +1419,35 @@ fn main() {
         "\nmany-source flood, in a 64 MiB cgroup v1 memory group:\n{}",
         many.table
     );
+    let shared = flood(&setup, &Plan::shared_address(false));
+    println!(
+        "\nshared-address flood, in a 64 MiB cgroup v1 memory group:\n{}",
+        shared.table
+    );
+    let (burst_table, burst_ok) = cold_burst(&setup, BURST_ROUNDS);
+    println!("\nthe API server's cold burst, in a 64 MiB cgroup v1 memory group:\n{burst_table}");
     let (body_table, body_ok) = body_flood(&setup);
     println!("\nbig bodies, in a 64 MiB cgroup v1 memory group:\n{body_table}");
     if let Some(steady_table) = steady_table {
-        write_section(&setup, &steady_table, &one.table, &many.table, &body_table);
+        let tables = Tables {
+            steady: &steady_table,
+            one: &one.table,
+            many: &many.table,
+            shared: &shared.table,
+            burst: &burst_table,
+            bodies: &body_table,
+        };
+        write_section(&setup, &tables);
     } else {
         println!("(--hostile: BENCHMARKS.md is not written)");
     }
     assert!(one.ok, "the one-source flood missed a target (rows marked **no**)");
     assert!(many.ok, "the many-source flood missed a target (rows marked **no**)");
+    assert!(
+        shared.ok,
+        "the shared-address flood missed a target (rows marked **no**)"
+    );
+    assert!(burst_ok, "the cold burst missed a target (rows marked **no**)");
     assert!(body_ok, "the big-body run missed a target (rows marked **no**)");
 }
 
@@ -1206,7 +1456,11 @@ fn main() {
 /// evicted) with the server alive and serving after; the targets are
 /// printed, not required.
 fn quick_floods(setup: &Setup) {
-    for plan in [Plan::one_source(true), Plan::many_source(true)] {
+    for plan in [
+        Plan::one_source(true),
+        Plan::many_source(true),
+        Plan::shared_address(true),
+    ] {
         let judged = flood(setup, &plan);
         println!(
             "\n{} flood (--quick: {} slow and {} non-reading clients for {} s, --max-connections {}, no memory group):\n{}",
@@ -1226,8 +1480,61 @@ fn quick_floods(setup: &Setup) {
     println!("(--quick: BENCHMARKS.md is not written)");
 }
 
-fn write_section(setup: &Setup, steady: &str, one: &str, many: &str, bodies: &str) {
+/// The tables of a full run, for BENCHMARKS.md.
+struct Tables<'a> {
+    steady: &'a str,
+    one: &'a str,
+    many: &'a str,
+    shared: &'a str,
+    burst: &'a str,
+    bodies: &'a str,
+}
+
+/// BENCHMARKS.md's text after the floods: the cold burst and the big bodies.
+fn after_floods(burst: &str, bodies: &str) -> String {
+    format!(
+        "### The API server's cold burst\n\n\
+         The webhook speaks HTTP/1.1, so the API server needs a connection per review in flight, and \
+         client-go keeps {KEPT_IDLE} idle per host: a burst of pod creations with a cold pool dials the \
+         difference at once, from one address. Here {BURST_ROUNDS} bursts of {BURST} connections, each \
+         dialled at once (a barrier) from {POOL} with the default caps (64 handshakes), in a fresh 64 MiB \
+         group; each client sends one review and is served when its answer comes within the manifests' \
+         timeoutSeconds (5 s) of the burst's start; {KEPT_IDLE} keep their connection until the burst \
+         is over, the rest close, and the next burst begins once all are gone. Before issue 37 every \
+         connection past the 64th was closed at accept while the burst's own handshakes held the slots \
+         (136 of 200 refused in the review's repro); now it waits for a slot, within --client-timeout.\n\n\
+         {burst}\n\
+         ### Near-3 MiB bodies in the same limit\n\n\
+         Each /mutate body is held whole (up to the API server's 3 MiB) until it can be decided. {BODY_CLIENTS} \
+         clients, each from an address of its own, stream a {BODY_SIZE}-byte review over about 6 s, while \
+         the 1,000/s load runs. Bodies \
+         in flight share a 16 MiB budget, taken by Content-Length before the body is read and held until \
+         the review built from the body is dropped, with a 4 MiB lane \
+         for bodies of at most 64 KiB (every ordinary pod); a request the budget cannot cover is answered 503 \
+         with Retry-After at once. The server before the budget (at 07eee1f) was OOM-killed by this run. \
+         Each big-body client tries once: those refused would have to retry, so a flood of big bodies \
+         costs other big bodies their turn, not the ordinary pods. The {BODY_CLIENTS} clients dial at \
+         once, more than the 64 handshake slots, each from an address holding none, so each newcomer \
+         takes the place of the oldest handshake waiting on its client; a client whose dial fails \
+         redials 200 ms later, for up to 30 s. The load generator shares the server's 2 cores, so its \
+         clients are slow to send their last handshake message: one evicted then believes its \
+         handshake done and finds its connection closed (counted as closed before an answer could be \
+         read). Before fair shares, the newcomers beyond the 64 were refused at accept instead, and \
+         redialled.\n\n{bodies}"
+    )
+}
+
+fn write_section(setup: &Setup, t: &Tables) {
     let which = setup.which;
+    let Tables {
+        steady,
+        one,
+        many,
+        shared,
+        burst,
+        bodies,
+    } = t;
+    let rest = after_floods(burst, bodies);
     let section = format!(
         "{MARKER}\n## kubectl-meshwrap webhook\n\nProduced by `cargo bench -p kubectl-meshwrap --bench webhook` \
          (kubectl-meshwrap/benches/webhook.rs) with {which}: open-loop load at a fixed rate (each \
@@ -1253,39 +1560,37 @@ fn write_section(setup: &Setup, steady: &str, one: &str, many: &str, bodies: &st
          legitimate connection every {} ms from a third address ({FRESH}) and another from the pool's \
          address, each sending one review, as an API server does when its pool needs a connection; it is \
          served when its answer comes within the manifests' timeoutSeconds (5 s) of the dial. \
-         A scraper reads /metrics every 250 ms from {WATCHER}.\n\n\
+         A scraper reads /metrics every 250 ms from {WATCHER}. A third run puts a flood on the API \
+         server's own address instead.\n\n\
          #### One-source flood\n\n\
          The slow clients dial from one address (127.1.0.1), the non-reading ones from a second \
          (127.2.0.1). No address may hold more than 25% of the connection slots (128). Handshakes have \
          no cap per address (an API server with a cold pool dials many at once): when all 64 are \
          under way, a newcomer takes the place of the oldest of the address holding the most. So these \
-         two cannot fill the server, and every other address finds room.\n\n{one}\n\
+         two cannot fill the server, and every other address finds room. Since issue 37 a newcomer of \
+         the flooding address at its share takes the place of that address's own oldest slow client \
+         instead of being refused at accept, so each redial is a handshake (evicted in their first \
+         request, below): the legitimate latency is largely that CPU's.\n\n{one}\n\
          #### Many-source flood\n\n\
          The same clients spread over {MANY_SOURCES} addresses (127.1.k.1), slow and non-reading \
          alike: each holds less than its cap, together they fill the 512 slots. A newcomer gets in by \
          eviction: the address holding the most connections still in their handshake or first request \
          gives way, its oldest (see docs/webhook.md, \"Load and fairness\", for what that guarantees and \
          what an attacker would need to get round it).\n\n{many}\n\
+         #### Shared-address flood\n\n\
+         Whoever shares the API server's own address ({POOL}, the pool's): {SHARED_IDLE} connections \
+         that finish TLS and send nothing (the address's whole share of 512), held and redialled 2 s \
+         after a cut, and {SHARED_SLOW} slow clients, all from {POOL}; no non-reading clients. Before \
+         issue 37 the address's share was refused at accept, so its new connections were too. Now a \
+         source at its share makes room from its own oldest slow connection (its handshake more than \
+         20 ms over and no whole request, or a handshake over a second old), waits while one is younger, \
+         and takes the place of its longest idle one only when none is being set up, never one \
+         answering; the pool's kept-alive connections are idle only between their requests. The row of new connections \
+         from the pool's address is the target.\n\n{shared}\n\
          Each connection's kernel buffers are fixed at 16 KiB (doubled by the kernel); autotuned, as before, \
          the 200 non-reading clients alone held about 80 MB of socket memory, which v2 would charge to the \
          64 MiB.\n\n\
-         ### Near-3 MiB bodies in the same limit\n\n\
-         Each /mutate body is held whole (up to the API server's 3 MiB) until it can be decided. {BODY_CLIENTS} \
-         clients, each from an address of its own, stream a {BODY_SIZE}-byte review over about 6 s, while \
-         the 1,000/s load runs. Bodies \
-         in flight share a 16 MiB budget, taken by Content-Length before the body is read and held until \
-         the review built from the body is dropped, with a 4 MiB lane \
-         for bodies of at most 64 KiB (every ordinary pod); a request the budget cannot cover is answered 503 \
-         with Retry-After at once. The server before the budget (at 07eee1f) was OOM-killed by this run. \
-         Each big-body client tries once: those refused would have to retry, so a flood of big bodies \
-         costs other big bodies their turn, not the ordinary pods. The {BODY_CLIENTS} clients dial at \
-         once, more than the 64 handshake slots, each from an address holding none, so each newcomer \
-         takes the place of the oldest handshake waiting on its client; a client whose dial fails \
-         redials 200 ms later, for up to 30 s. The load generator shares the server's 2 cores, so its \
-         clients are slow to send their last handshake message: one evicted then believes its \
-         handshake done and finds its connection closed (counted as closed before an answer could be \
-         read). Before fair shares, the newcomers beyond the 64 were refused at accept instead, and \
-         redialled.\n\n{bodies}",
+         {rest}",
         FLOOD.as_secs(),
         FRESH_EVERY.as_millis(),
     );

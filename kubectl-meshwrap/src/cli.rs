@@ -160,11 +160,11 @@ pub struct Webhook {
     #[arg(long = "max-connections", value_name = "N", env = "MESHWRAP_MAX_CONNECTIONS",
           default_value = "512", value_parser = at_least_one)]
     pub max_connections: usize,
-    /// TLS handshakes under way at once; above it a new connection is closed at accept
+    /// TLS handshakes under way at once; above it a new connection waits for a slot (within --client-timeout)
     #[arg(long = "max-handshakes", value_name = "N", env = "MESHWRAP_MAX_HANDSHAKES",
           default_value = "64", value_parser = at_least_one)]
     pub max_handshakes: usize,
-    /// The most one source address (an IPv6 /64) may hold of --max-connections (handshakes are shared by eviction, not capped per address)
+    /// The most one source address (a whole IPv6 address) may hold of --max-connections; at it, its own oldest slow or idle connection gives way (handshakes are not capped per address)
     #[arg(long = "max-source-share", value_name = "PERCENT", env = "MESHWRAP_MAX_SOURCE_SHARE",
           default_value = "25%", value_parser = percent)]
     pub max_source_share: u8,

@@ -63,15 +63,20 @@ struct Slot {
     retry_at: Instant,
 }
 
+/// What a slow client sends once its handshake is done: part of a header.
+pub const PARTIAL_HEADER: &[u8] = b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: app";
+
 /// One thread's share of the slow clients, a slot for each of `sources`
 /// (the address each dials from): each slot holds a connection that
-/// finished its handshake and sent part of a header; a slot whose dial
-/// was refused, or whose connection the server cut, dials again 2 s later.
-/// Until `until`, and at most `dials` dials a slot on average.
+/// finished its handshake and sent `partial` (part of a header, or nothing:
+/// an idle TLS connection); a slot whose dial was refused, or whose
+/// connection the server cut, dials again 2 s later. Until `until`, and at
+/// most `dials` dials a slot on average.
 pub fn slow_share(
     port: u16,
     config: Arc<rustls::ClientConfig>,
     sources: Vec<Ipv4Addr>,
+    partial: &'static [u8],
     dials: usize,
     until: Instant,
 ) -> SlowStats {
@@ -110,7 +115,9 @@ pub fn slow_share(
             dials_left -= 1;
             stats.dials += 1;
             let held = dial(*source, port, &config, Duration::from_secs(5)).and_then(|mut c| {
-                c.send_raw(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: app")?;
+                if !partial.is_empty() {
+                    c.send_raw(partial)?;
+                }
                 c.stream.sock.set_nonblocking(true)?;
                 Ok(c)
             });

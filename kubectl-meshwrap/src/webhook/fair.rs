@@ -5,20 +5,34 @@
 //! failed (the API server does not retry an admission call), and any pod
 //! that can reach the port can dial. The caps of [`super::limits`] protect
 //! the webhook's memory; this table decides, when they are reached, whether
-//! a newcomer gets in and who gives way:
+//! a newcomer gets in and who gives way. Where it cannot tell the API
+//! server from whoever shares its address, it takes the API server's side:
+//! a connection of the API server refused is a pod creation refused.
 //! - **Counted by source.** Every connection, every connection still in
 //!   its TLS handshake, and every connection still being set up (in its
 //!   handshake or its first request: the *candidates*, which may give way)
-//!   is counted against its [`Source`]: an IPv4 address, or an IPv6 /64
-//!   (what one host or one tenant is given, so the 2^64 addresses of one
-//!   subnet are one source).
+//!   is counted against its [`Source`]: an IPv4 address, or a whole IPv6
+//!   address. Not an IPv6 /64: on EKS and other clouds a /64 is a node
+//!   subnet, and the API server reaches webhooks from addresses in it
+//!   (and pods are numbered from it), so a /64's share would be anyone's
+//!   there to take from the API server.
 //! - **A cap per source.** No source holds more than `--max-source-share`
-//!   of the connection slots; above it, its new connection is closed at
-//!   accept, full server or not. The handshake slots have no such cap: a
-//!   source may take every free one (an API server whose pool is cold opens
-//!   as many connections at once as it has admissions to send, all from
-//!   one address, and a refused one is a failed pod creation), and gives
-//!   them back to newcomers by eviction when they are all taken.
+//!   of the connection slots. A newcomer from a source at its share takes
+//!   the place of its own source's oldest slow connection (set up more than
+//!   [`SETUP_GRACE_MS`] ago with no whole request, or in a handshake begun
+//!   more than [`HANDSHAKE_GRACE_MS`] ago); while the source has a younger
+//!   one being set up (most likely the API server's own burst) it waits
+//!   (`Refused::SetUp`); with none being set up, it takes the place of the
+//!   source's longest idle one (a kept-alive connection between
+//!   requests); it is closed at accept only when every connection of its
+//!   source is answering ([`Table::own_victim`]). So whoever shares the API
+//!   server's address cannot hold its share with idle or slow connections.
+//! - **Handshakes.** The handshake slots have no cap per source: a source
+//!   may take every free one (an API server whose pool is cold opens as
+//!   many connections at once as it has admissions to send, all from one
+//!   address). When all are taken, another source's may give way (below);
+//!   when none does, the newcomer is not refused but waits for a slot
+//!   ([`super::waiting`], bounded), told by [`Fair::freed`].
 //! - **Fair shares when full.** When every connection slot is taken, a
 //!   newcomer gets in when another source holds more candidates than the
 //!   newcomer's source (two more, or one when the newcomer's holds none, so
@@ -36,20 +50,25 @@
 //!   large pool does not cost its new connections their way in.
 //! - **Never one answering.** A connection leaves the candidates for good
 //!   once a request of it has arrived whole ([`Ticket::answering`]): its
-//!   answer is never cut, nor is an API server's pooled connection between
-//!   requests: closing an idle keep-alive connection could race a request
-//!   the API server is writing on it, and Go's client retries a request on
-//!   a kept connection the server closed only when nothing of it was
-//!   written, or when it is replayable, which a POST is not without an
-//!   Idempotency-Key header (Go's net/http, golang/go at a925402b, a
-//!   Go 1.24+ tree: src/net/http/transport.go, the `Transport` doc comment
-//!   and `shouldRetryRequest`, and request.go `isReplayable`).
+//!   answer is never cut. Between requests a kept-alive connection is
+//!   idle ([`Ticket::idle`], from its answer's flush to its next request's
+//!   first byte, [`Ticket::busy`]) and gives way to its own source's
+//!   newcomer at its share only, never to another source's: closing an idle
+//!   keep-alive connection could race a request the API server is writing
+//!   on it, and Go's client retries a request on a kept connection the
+//!   server closed only when nothing of it was written, or when it is
+//!   replayable, which a POST is not without an Idempotency-Key header
+//!   (Go's net/http, golang/go at a925402b, a Go 1.24+ tree:
+//!   src/net/http/transport.go, the `Transport` doc comment and
+//!   `shouldRetryRequest`, and request.go `isReplayable`). At its share
+//!   that race is the lesser risk: the newcomer refused is a pod creation
+//!   refused for certain.
 //!
 //! So a slow client, from however many connections of one source, gives
 //! way to a client that completes its handshake and sends its request
-//! promptly from another: the newcomer is the youngest candidate, and the
-//! oldest goes first. What an attacker needs to lock the API server out
-//! anyway is in docs/webhook.md ("Load and fairness").
+//! promptly from another source or its own: the newcomer is the youngest,
+//! and the oldest goes first. What an attacker needs to lock the API
+//! server out anyway is in docs/webhook.md ("Load and fairness").
 //!
 //! Bounded state: a source has an entry only while it holds a connection,
 //! so there are never more entries than `--max-connections`, however many
@@ -57,23 +76,34 @@
 //! connection leaves the counts at once, so the newcomer can take its
 //! slot; it is closed as soon as its task runs, and at most
 //! `--max-handshakes` evicted connections may be waiting for that (the
-//! accept loop waits for them first, [`Fair::settled`]), so the memory they
-//! hold is bounded too.
+//! accept loop waits for them first, [`Fair::settled`], and a newcomer
+//! that would evict two needs room for two), so the memory they hold is
+//! bounded too.
 //!
 //! Races it guards against:
 //! - **Eviction against the first request arriving.** Both happen under the
 //!   table's lock: a connection is either evicted while still a candidate
 //!   (its task sees [`Ticket::evicted`] and drops it) or has left the
 //!   candidates first, and is then never evicted.
+//! - **Eviction of an idle connection against its next request.** Its next
+//!   request's first byte takes it out of the idle ones under the same
+//!   lock; bytes still unread in the kernel pass it over
+//!   ([`Conn::waiting_on_us`]). What is left is a request whose first bytes
+//!   the connection's task has read but not yet reported: a window of the
+//!   task's own run, the same race any server's idle timeout has.
 //! - **A check and its count.** Only the accept loop admits, under the same
 //!   lock, so two newcomers never both take the last slot, nor evict for
-//!   the same one.
+//!   the same one; nothing is evicted for a newcomer that is then refused
+//!   or told to wait.
+//! - **A slot freed while the accept loop is busy.** [`Fair::freed`] keeps
+//!   the notice (a permit) until the loop next waits for it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use tokio::sync::Notify;
 
@@ -81,8 +111,13 @@ use tokio::sync::Notify;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
     V4(u32),
-    /// The upper 64 bits of an IPv6 address: its /64.
-    V6(u64),
+    /// A whole IPv6 address, not its /64: a /64 is a node subnet shared
+    /// by the API server's own addresses on clouds such as EKS, and a
+    /// source's share counted over it would be anyone's in that subnet to
+    /// take (see the module's notes). The side taken: the API server let
+    /// in, at the cost of a tenant with many addresses counting as many
+    /// sources.
+    V6(u128),
 }
 
 impl Source {
@@ -93,7 +128,7 @@ impl Source {
             IpAddr::V4(v4) => Source::V4(u32::from(v4)),
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
                 Some(v4) => Source::V4(u32::from(v4)),
-                None => Source::V6((u128::from(v6) >> 64) as u64),
+                None => Source::V6(u128::from(v6)),
             },
         }
     }
@@ -107,9 +142,28 @@ pub enum Refused {
     Connections,
     /// The same, for the handshake slots.
     Handshakes,
-    /// Its source holds `--max-source-share` of the slots already.
+    /// Its source holds `--max-source-share` of the slots already, every
+    /// one answering.
     SourceShare,
+    /// Its source is at its share, and none of its connections may give
+    /// way yet: those that could are still being set up (for less than
+    /// [`SETUP_GRACE_MS`]: most likely its own burst, about to send their
+    /// requests) or waiting on the server. The side taken: the newcomer
+    /// waits (as for a handshake slot) rather than cut a sibling's request.
+    SetUp,
 }
+
+impl Refused {
+    /// Whether the connection may wait for a slot rather than be closed.
+    pub fn waits(self) -> bool {
+        matches!(self, Refused::Handshakes | Refused::SetUp)
+    }
+}
+
+/// How often the accept loop tries again the connections that wait while
+/// nothing tells it a slot was freed (a connection still being set up
+/// grows slow after [`SETUP_GRACE_MS`]).
+pub const RETRY_WAITING: std::time::Duration = std::time::Duration::from_millis(SETUP_GRACE_MS);
 
 /// Where an evicted connection was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +171,9 @@ pub enum Phase {
     Handshake,
     /// After its handshake, before its first request arrived whole.
     Request,
+    /// A kept-alive connection between requests (its source's own newcomer
+    /// only: see [`Fair::admit`]).
+    Idle,
 }
 
 /// The caps: open connections, handshakes under way, and the share of
@@ -142,7 +199,32 @@ struct Conn {
     /// Its socket, to see whether it waits on its client or on us; -1 once
     /// the connection is going (or in tests without one).
     fd: AtomicI32,
+    /// While it is idle between requests, its key among its source's idle
+    /// connections (when it became idle); [`NOT_IDLE`] otherwise. Written
+    /// under the table's lock.
+    since: AtomicU64,
+    /// When its handshake ended, in ms of [`Fair::now`]; `u64::MAX` before.
+    set_up: AtomicU64,
+    /// When it was admitted, in ms of [`Fair::now`].
+    admitted: AtomicU64,
 }
+
+/// [`Conn::since`] of a connection that is not idle.
+const NOT_IDLE: u64 = u64::MAX;
+
+/// How long after its handshake a connection's first request may take
+/// before the connection counts as slow for its own source's newcomer
+/// (see [`Table::own_victim`]): an API server writes its request with the
+/// handshake's last message, so a connection that has sent nothing whole
+/// this long after is the slow one. Below it, a connection still being set
+/// up gives way to its source's newcomer only after the idle ones.
+const SETUP_GRACE_MS: u64 = 20;
+
+/// How long a handshake may take before it counts as slow for its own
+/// source's newcomer: on a cluster's network it takes milliseconds, but a
+/// burst's clients, busy with their own handshakes, may be slow to send
+/// their last message, and a handshake cut is a review lost.
+const HANDSHAKE_GRACE_MS: u64 = 1_000;
 
 impl Conn {
     /// Whether bytes its client sent wait unread in the kernel: then the
@@ -163,6 +245,17 @@ impl Conn {
         let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut unread) };
         r == 0 && unread > 0
     }
+
+    fn new() -> Conn {
+        Conn {
+            evicted: AtomicBool::new(false),
+            wake: Notify::new(),
+            fd: AtomicI32::new(-1),
+            since: AtomicU64::new(NOT_IDLE),
+            set_up: AtomicU64::new(u64::MAX),
+            admitted: AtomicU64::new(0),
+        }
+    }
 }
 
 /// How many candidates the choice of a victim looks at, at most.
@@ -177,6 +270,11 @@ struct Holding {
     /// The candidates: connections that may give way (in their handshake
     /// or first request), oldest first.
     candidates: BTreeMap<u64, Arc<Conn>>,
+    /// Kept-alive connections idle between requests (their answer flushed,
+    /// nothing of a next request read), by when they became idle, oldest
+    /// first: the id and the connection. They give way only to a newcomer
+    /// of their own source at its share.
+    idle: BTreeMap<u64, (u64, Arc<Conn>)>,
 }
 
 impl Holding {
@@ -211,12 +309,24 @@ pub struct Fair {
     table: Mutex<Table>,
     /// Told when an evicted connection's task has ended.
     ended: Notify,
+    /// Told when a handshake slot is given back (not taken over by a
+    /// newcomer): the accept loop then admits a connection that waits for
+    /// one ([`super::waiting`]).
+    freed: Notify,
+    /// Connections accepted that wait for a handshake slot (the accept
+    /// loop's count, shown in `/metrics`).
+    waiting: AtomicUsize,
+    /// The clock of [`Conn::set_up`].
+    epoch: Instant,
+    /// [`SETUP_GRACE_MS`] and [`HANDSHAKE_GRACE_MS`], or others in tests.
+    grace_ms: (u64, u64),
 }
 
-/// A connection admitted, and the one that gave way for it, if any.
+/// A connection admitted, and those that gave way for it (at most two: a
+/// connection slot of its own source's, and a handshake slot).
 pub struct Admitted {
     pub ticket: Ticket,
-    pub evicted: Option<Phase>,
+    pub evicted: Vec<Phase>,
 }
 
 /// One admitted connection's place in the table; released when dropped.
@@ -236,19 +346,42 @@ pub struct Counts {
     pub handshaking: usize,
     /// Sources holding a connection: the table's entries.
     pub sources: usize,
+    /// Accepted, waiting for a handshake slot.
+    pub waiting: usize,
+}
+
+/// A connection chosen to give way.
+struct Victim {
+    source: Source,
+    id: u64,
+    conn: Arc<Conn>,
+    handshaking: bool,
 }
 
 impl Fair {
     pub fn new(caps: Caps) -> Arc<Fair> {
+        Fair::with_grace(caps, (SETUP_GRACE_MS, HANDSHAKE_GRACE_MS))
+    }
+
+    fn with_grace(caps: Caps, grace_ms: (u64, u64)) -> Arc<Fair> {
         Arc::new(Fair {
             caps,
             table: Mutex::new(Table::default()),
             ended: Notify::new(),
+            freed: Notify::new(),
+            waiting: AtomicUsize::new(0),
+            epoch: Instant::now(),
+            grace_ms,
         })
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Milliseconds since the table was made.
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
     }
 
     pub fn counts(&self) -> Counts {
@@ -257,7 +390,13 @@ impl Fair {
             open: t.open,
             handshaking: t.handshaking,
             sources: t.sources.len(),
+            waiting: self.waiting.load(Ordering::Relaxed),
         }
+    }
+
+    /// The accept loop's count of connections waiting for a handshake slot.
+    pub fn set_waiting(&self, waiting: usize) {
+        self.waiting.store(waiting, Ordering::Relaxed);
     }
 
     /// Waits until fewer than `--max-handshakes` evicted connections are
@@ -277,35 +416,72 @@ impl Fair {
         }
     }
 
-    /// A slot for a connection just accepted from `ip`, or why it is
-    /// refused. When the server is full and another source holds more
-    /// candidates than the newcomer's, the heaviest's oldest gives way (it
-    /// is told through its [`Ticket::evicted`]).
+    /// Resolves when a handshake slot has been given back since the last
+    /// time it resolved (a permit is kept if nobody was waiting).
+    pub async fn freed(&self) {
+        self.freed.notified().await;
+    }
+
+    /// The order in which to try connections waiting from `ips` (their
+    /// indexes): those whose source holds the fewest handshakes first
+    /// (among equals, the first), so that a freed slot goes to a source
+    /// that holds few of them rather than to one whose handshakes hold
+    /// every slot.
+    pub fn order(&self, ips: impl Iterator<Item = IpAddr>) -> Vec<usize> {
+        let t = self.lock();
+        let mut weighed: Vec<(usize, usize)> = ips
+            .enumerate()
+            .map(|(i, ip)| (t.sources.get(&Source::of(ip)).map_or(0, |h| h.handshakes.len()), i))
+            .collect();
+        weighed.sort_unstable();
+        weighed.into_iter().map(|(_, i)| i).collect()
+    }
+
+    /// A slot for a connection just accepted from `ip`, or why it is not
+    /// let in now. A connection slot is free, or its source is at its
+    /// share and its own oldest slow or idle connection gives way, or the
+    /// server is full and another source's gives way; a handshake slot is
+    /// free, or another source's gives way. `Refused::Handshakes` and
+    /// `Refused::SetUp` ([`Refused::waits`]) mean the connection may wait
+    /// for its slot (the accept loop keeps it, [`super::waiting`]). Nothing is evicted
+    /// unless the newcomer gets in (each one evicted is told through its
+    /// [`Ticket::evicted`]).
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admitted, Refused> {
         let source = Source::of(ip);
         let mut t = self.lock();
         let held = t.held(source);
-        self.within_share(held.connections)?;
-        let mut evicted = None;
-        if t.handshaking >= self.caps.handshakes {
-            let victim = (t.dying < self.caps.handshakes)
-                .then(|| t.handshake_victim(source, held.handshakes))
-                .flatten()
-                .ok_or(Refused::Handshakes)?;
-            evicted = Some(t.evict(victim));
+        let room = self.caps.handshakes.saturating_sub(t.dying);
+        let mut slot = None;
+        let now = self.now();
+        if held.connections >= self.caps.per_source(self.caps.connections) {
+            // At its share. The side taken: the API server let in. Whoever
+            // shares its address cannot hold its share against it with
+            // connections that are slow or idle: the newcomer, the youngest,
+            // takes the place of its source's own oldest such (never one
+            // answering); it waits while the only ones are just set up.
+            // Refused only when every one is answering.
+            if room == 0 {
+                return Err(Refused::SetUp);
+            }
+            slot = Some(t.own_victim(source, now, self.grace_ms, self.share_refusal())?);
+        } else if t.open >= self.caps.connections && t.handshaking < self.caps.handshakes {
+            let other = (room > 0).then(|| t.connection_victim(source, held.candidates));
+            slot = Some(other.flatten().ok_or(Refused::Connections)?);
         }
-        if t.open >= self.caps.connections {
-            let victim = (t.dying < self.caps.handshakes)
-                .then(|| t.connection_victim(source, held.candidates))
-                .flatten()
-                .ok_or(Refused::Connections)?;
-            evicted = Some(t.evict(victim));
+        let mut handshake = None;
+        if t.handshaking >= self.caps.handshakes && !slot.as_ref().is_some_and(|v| v.handshaking) {
+            // A handshake slot held by another source gives way, as before
+            // (a flood of slow handshakes from a few addresses cannot shut
+            // the others out); if none does, the newcomer is not refused
+            // but waits for one: an API server whose pool is cold dials
+            // more at once than there are slots, all from one address.
+            let needed = 1 + usize::from(slot.is_some());
+            let other = (room >= needed).then(|| t.handshake_victim(source, held.handshakes));
+            handshake = Some(other.flatten().ok_or(Refused::Handshakes)?);
         }
-        let conn = Arc::new(Conn {
-            evicted: AtomicBool::new(false),
-            wake: Notify::new(),
-            fd: AtomicI32::new(-1),
-        });
+        let evicted = [slot, handshake].into_iter().flatten().map(|v| t.evict(v)).collect();
+        let conn = Arc::new(Conn::new());
+        conn.admitted.store(now, Ordering::Relaxed);
         let id = t.add(source, conn.clone());
         drop(t);
         let ticket = Ticket {
@@ -318,15 +494,12 @@ impl Fair {
         Ok(Admitted { ticket, evicted })
     }
 
-    /// Refuses a source that holds its share of the connection slots. At a
-    /// share of 100% that is the cap itself, and named so. (Handshakes are
-    /// shared by eviction only: see the module's notes.)
-    fn within_share(&self, connections: usize) -> Result<(), Refused> {
-        let most = self.caps.per_source(self.caps.connections);
-        match connections >= most {
-            false => Ok(()),
-            true if most >= self.caps.connections => Err(Refused::Connections),
-            true => Err(Refused::SourceShare),
+    /// Why a source at its share with nothing to give way is refused: at a
+    /// share of 100% that is the cap itself, and named so.
+    fn share_refusal(&self) -> Refused {
+        match self.caps.per_source(self.caps.connections) >= self.caps.connections {
+            true => Refused::Connections,
+            false => Refused::SourceShare,
         }
     }
 }
@@ -342,7 +515,7 @@ struct Held {
 /// holds `newcomer`: it must hold two more, so the swap leaves the shares
 /// more even (two sources cannot take turns evicting each other), except
 /// that a source holding nothing may take from one holding a single slot.
-fn gives_way(held: usize, newcomer: usize) -> bool {
+pub(super) fn gives_way(held: usize, newcomer: usize) -> bool {
     held > newcomer + usize::from(newcomer > 0)
 }
 
@@ -374,24 +547,93 @@ impl Table {
         id
     }
 
+    /// The connection of `source` that gives way to its own newcomer when
+    /// it is at its share, the first not [`Conn::waiting_on_us`] (at most
+    /// [`PROBES`] looked at), or why there is none:
+    /// 1. one whose handshake ended more than [`SETUP_GRACE_MS`] ago (the
+    ///    first of `grace_ms`) and whose first request has not arrived
+    ///    whole: slow; oldest first;
+    /// 2. one in its handshake for more than [`HANDSHAKE_GRACE_MS`] (the
+    ///    second), oldest first;
+    /// 3. while the source still has a connection being set up (younger,
+    ///    or waiting on the server), none: the newcomer waits
+    ///    (`Refused::SetUp`). That one is most likely the API server's own,
+    ///    about to send its request, or soon slow (1. or 2.);
+    /// 4. with none being set up, one idle between requests, the longest
+    ///    idle first: an API server's client reuses its most recently used
+    ///    connection first, so the longest idle is the least likely to be
+    ///    written on as it closes (Go's net/http at golang/go a925402b,
+    ///    src/net/http/transport.go: `queueForIdleConn` takes the idle
+    ///    list's last, `removeIdleConnLocked` keeps "most recently-used
+    ///    conns at the end"). Last, because closing a kept connection can
+    ///    still race a request written on it, which is not sent again (see
+    ///    the module's notes); a slow one costs no one a request.
+    ///
+    /// Never one answering a request, nor a kept connection whose next
+    /// request has begun to arrive. `refused` when every connection of the
+    /// source is answering.
+    fn own_victim(&self, source: Source, now: u64, grace_ms: (u64, u64), refused: Refused) -> Result<Victim, Refused> {
+        let h = self.sources.get(&source).ok_or(refused)?;
+        let old = |at: &AtomicU64, grace: u64| at.load(Ordering::Relaxed).saturating_add(grace) <= now;
+        let slow = h
+            .candidates
+            .iter()
+            .filter(|(id, c)| !h.handshakes.contains(id) && old(&c.set_up, grace_ms.0));
+        let handshakes = h
+            .candidates
+            .iter()
+            .filter(|(id, c)| h.handshakes.contains(id) && old(&c.admitted, grace_ms.1));
+        let mut probes = slow.chain(handshakes).take(PROBES);
+        let found = match probes.find(|(_, c)| !c.waiting_on_us()) {
+            Some(found) => Some(found),
+            None if !h.candidates.is_empty() => return Err(Refused::SetUp),
+            None => {
+                let idle = h.idle.values().map(|(id, c)| (id, c));
+                idle.take(PROBES).find(|(_, c)| !c.waiting_on_us())
+            }
+        };
+        match found {
+            Some((id, conn)) => Ok(Victim {
+                source,
+                id: *id,
+                conn: conn.clone(),
+                handshaking: h.handshakes.contains(id),
+            }),
+            None if h.idle.is_empty() => Err(refused),
+            None => Err(Refused::SetUp),
+        }
+    }
+
     /// The oldest handshake of the source holding the most handshakes, if it
     /// [`gives_way`] to the newcomer's `held`.
-    fn handshake_victim(&self, newcomer: Source, held: usize) -> Option<(Source, u64)> {
-        self.victim(
+    fn handshake_victim(&self, newcomer: Source, held: usize) -> Option<Victim> {
+        let victim = self.victim(
             newcomer,
             |h| gives_way(h.handshakes.len(), held).then_some(h.handshakes.len()),
             true,
-        )
+        );
+        victim.map(|(source, id)| self.candidate(source, id))
     }
 
     /// The oldest candidate of the source holding the most candidates, if
     /// it [`gives_way`] to the newcomer's `held`.
-    fn connection_victim(&self, newcomer: Source, held: usize) -> Option<(Source, u64)> {
-        self.victim(
+    fn connection_victim(&self, newcomer: Source, held: usize) -> Option<Victim> {
+        let victim = self.victim(
             newcomer,
             |h| gives_way(h.candidates.len(), held).then_some(h.candidates.len()),
             false,
-        )
+        );
+        victim.map(|(source, id)| self.candidate(source, id))
+    }
+
+    fn candidate(&self, source: Source, id: u64) -> Victim {
+        let h = &self.sources[&source];
+        Victim {
+            source,
+            id,
+            conn: h.candidates[&id].clone(),
+            handshaking: h.handshakes.contains(&id),
+        }
     }
 
     /// The victim: among the sources `weight` lets give way (other than the
@@ -436,32 +678,38 @@ impl Table {
         rest.into_iter().find_map(|(_, _, source)| try_source(source))
     }
 
-    /// Takes a candidate out of the counts and tells its task to close it.
-    fn evict(&mut self, (source, id): (Source, u64)) -> Phase {
-        let (conn, handshaking) = self.remove(source, id);
-        let conn = conn.expect("a victim is chosen among the candidates");
-        conn.evicted.store(true, Ordering::Relaxed);
-        conn.wake.notify_one();
+    /// Takes a candidate, or an idle connection, out of the counts and
+    /// tells its task to close it.
+    fn evict(&mut self, victim: Victim) -> Phase {
+        let (handshaking, idle) = self.remove(victim.source, victim.id, &victim.conn);
+        victim.conn.evicted.store(true, Ordering::Relaxed);
+        victim.conn.wake.notify_one();
         self.dying += 1;
-        if handshaking { Phase::Handshake } else { Phase::Request }
+        match (handshaking, idle) {
+            (true, _) => Phase::Handshake,
+            (false, true) => Phase::Idle,
+            (false, false) => Phase::Request,
+        }
     }
 
     /// Takes connection `id` out of `source`'s holding and the totals; the
-    /// source's entry goes with its last connection. Its `Conn` if it was a
-    /// candidate, and whether it was in its handshake.
-    fn remove(&mut self, source: Source, id: u64) -> (Option<Arc<Conn>>, bool) {
+    /// source's entry goes with its last connection. Whether it was in its
+    /// handshake, and whether it was idle.
+    fn remove(&mut self, source: Source, id: u64, conn: &Conn) -> (bool, bool) {
         let Some(holding) = self.sources.get_mut(&source) else {
-            return (None, false);
+            return (false, false);
         };
         let handshaking = holding.handshakes.remove(&id);
-        let conn = holding.candidates.remove(&id);
+        holding.candidates.remove(&id);
+        let since = conn.since.swap(NOT_IDLE, Ordering::Relaxed);
+        let idle = since != NOT_IDLE && holding.idle.remove(&since).is_some();
         holding.connections -= 1;
         if holding.connections == 0 {
             self.sources.remove(&source);
         }
         self.handshaking -= usize::from(handshaking);
         self.open -= 1;
-        (conn, handshaking)
+        (handshaking, idle)
     }
 }
 
@@ -473,22 +721,26 @@ impl Ticket {
     }
 
     /// The TLS handshake is over: the handshake slot is given back (the
-    /// connection may still give way until its first request arrives).
+    /// connection may still give way until its first request arrives), and
+    /// the accept loop told, for a connection that waits for one.
     pub fn handshaken(&self) {
         let mut t = self.fair.lock();
         if self.conn.evicted.load(Ordering::Relaxed) {
             return;
         }
+        self.conn.set_up.store(self.fair.now(), Ordering::Relaxed);
         let t = &mut *t;
         if let Some(holding) = t.sources.get_mut(&self.source)
             && holding.handshakes.remove(&self.id)
         {
             t.handshaking -= 1;
+            self.fair.freed.notify_one();
         }
     }
 
     /// A request has arrived whole and is being answered: from now on this
-    /// connection never gives way. Cheap after the first call.
+    /// connection never gives way to another source's newcomer. Cheap after
+    /// the first call.
     pub fn answering(&self) {
         if self.answering.load(Ordering::Relaxed) {
             return;
@@ -501,6 +753,46 @@ impl Ticket {
         }
         drop(t);
         self.answering.store(true, Ordering::Relaxed);
+    }
+
+    /// Its answer is flushed and nothing of a next request has been read:
+    /// it is idle, and may give way to a newcomer of its own source at its
+    /// share (the longest idle first). Only once it has answered a request.
+    pub fn idle(&self) {
+        if !self.answering.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut t = self.fair.lock();
+        if self.conn.evicted.load(Ordering::Relaxed) {
+            return;
+        }
+        let since = t.next;
+        t.next += 1;
+        if let Some(holding) = t.sources.get_mut(&self.source) {
+            let old = self.conn.since.swap(since, Ordering::Relaxed);
+            if old != NOT_IDLE {
+                holding.idle.remove(&old);
+            }
+            holding.idle.insert(since, (self.id, self.conn.clone()));
+        }
+        // A connection waiting for its source's share may take this one's place.
+        self.fair.freed.notify_one();
+    }
+
+    /// The first byte of a next request has been read: no longer idle (a
+    /// request an API server has begun to write is never cut). No lock
+    /// unless it was idle.
+    pub fn busy(&self) {
+        if self.conn.since.load(Ordering::Relaxed) == NOT_IDLE {
+            return;
+        }
+        let mut t = self.fair.lock();
+        let since = self.conn.since.swap(NOT_IDLE, Ordering::Relaxed);
+        if since != NOT_IDLE
+            && let Some(holding) = t.sources.get_mut(&self.source)
+        {
+            holding.idle.remove(&since);
+        }
     }
 
     /// Resolves when this connection has been chosen to give way.
@@ -517,7 +809,10 @@ impl Drop for Ticket {
             t.dying -= 1;
             self.fair.ended.notify_one();
         } else {
-            t.remove(self.source, self.id);
+            // A handshake slot, or a place in its source's share, for one
+            // that waits.
+            t.remove(self.source, self.id, &self.conn);
+            self.fair.freed.notify_one();
         }
     }
 }
@@ -542,7 +837,7 @@ mod tests {
     /// Admits from `ip` a connection that finished its handshake.
     fn open(fair: &Arc<Fair>, ip: IpAddr) -> Ticket {
         let admitted = fair.admit(ip).unwrap_or_else(|e| panic!("{ip}: {e:?}"));
-        assert_eq!(admitted.evicted, None);
+        assert!(admitted.evicted.is_empty());
         admitted.ticket.handshaken();
         admitted.ticket
     }
@@ -554,10 +849,13 @@ mod tests {
     }
 
     #[test]
-    fn a_source_is_an_ipv4_address_or_an_ipv6_64() {
+    fn a_source_is_an_ipv4_address_or_a_whole_ipv6_address() {
         let v6 = |s: &str| Source::of(s.parse::<Ipv6Addr>().unwrap().into());
-        assert_eq!(v6("2001:db8:1:2::1"), v6("2001:db8:1:2:ffff:ffff:ffff:ffff"));
+        // Two addresses of one /64 (a node subnet the API server's own
+        // addresses are in, on EKS) are two sources.
+        assert_ne!(v6("2001:db8:1:2::1"), v6("2001:db8:1:2:ffff:ffff:ffff:ffff"));
         assert_ne!(v6("2001:db8:1:2::1"), v6("2001:db8:1:3::1"));
+        assert_eq!(v6("2001:db8:1:2::1"), v6("2001:db8:1:2:0:0:0:1"));
         assert_eq!(
             v6("::ffff:10.0.0.1"),
             Source::of(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)))
@@ -565,25 +863,101 @@ mod tests {
         assert_ne!(Source::of(ip(1)), Source::of(ip(2)));
     }
 
+    /// Admits from `ip` a connection that has answered a request.
+    fn answering(fair: &Arc<Fair>, ip: IpAddr) -> Ticket {
+        let ticket = open(fair, ip);
+        ticket.answering();
+        ticket
+    }
+
     #[test]
     fn no_source_holds_more_than_its_share_of_the_connections() {
         // 25% of 8 connections: 2.
         let fair = fair(8, 4, 25);
-        let _first = open(&fair, ip(2));
-        let _second = open(&fair, ip(2));
+        let _first = answering(&fair, ip(2));
+        let _second = answering(&fair, ip(2));
         assert_eq!(
             fair.admit(ip(2)).err(),
             Some(Refused::SourceShare),
-            "a third connection"
+            "a third connection, both of the first two answering"
         );
         // Another source is not held back, and the server is far from full.
         let _other = open(&fair, ip(3));
         assert_eq!(fair.counts().open, 3);
         // At 100% the share is the cap itself, and named so.
         let whole = self::fair(2, 2, 100);
-        let _a = open(&whole, ip(2));
-        let _b = open(&whole, ip(2));
+        let _a = answering(&whole, ip(2));
+        let _b = answering(&whole, ip(2));
         assert_eq!(whole.admit(ip(2)).err(), Some(Refused::Connections));
+    }
+
+    #[test]
+    fn a_source_at_its_share_makes_room_from_its_own_oldest_slow_connection_then_an_idle_one_never_one_answering() {
+        // 25% of 12: 3 for each source; no graces, so a connection set up is slow at once.
+        let fair = Fair::with_grace(
+            Caps {
+                connections: 12,
+                handshakes: 8,
+                source_share: 25,
+            },
+            (0, 0),
+        );
+        let busy = answering(&fair, ip(2));
+        let idle = answering(&fair, ip(2));
+        idle.idle();
+        let slow = open(&fair, ip(2));
+        // At its share: its newcomer takes the slow one's place, not the idle one's ...
+        let first = fair.admit(ip(2)).unwrap();
+        assert_eq!(first.evicted, [Phase::Request]);
+        assert!(slow.is_evicted() && !idle.is_evicted() && !busy.is_evicted());
+        // ... then, slow in its handshake, the first's.
+        let second = fair.admit(ip(2)).unwrap();
+        assert_eq!(second.evicted, [Phase::Handshake]);
+        assert!(first.ticket.is_evicted() && !idle.is_evicted());
+        // With none being set up, the idle one's (a kept connection between requests).
+        second.ticket.handshaken();
+        second.ticket.answering();
+        let third = fair.admit(ip(2)).unwrap();
+        assert_eq!(third.evicted, [Phase::Idle]);
+        assert!(idle.is_evicted() && !busy.is_evicted() && !second.ticket.is_evicted());
+        // Every one answering (or idle with its next request begun): refused.
+        third.ticket.handshaken();
+        third.ticket.answering();
+        second.ticket.idle();
+        second.ticket.busy();
+        assert_eq!(fair.admit(ip(2)).err(), Some(Refused::SourceShare));
+        assert!(!busy.is_evicted() && !second.ticket.is_evicted() && !third.ticket.is_evicted());
+        // Another source was never asked.
+        let _other = open(&fair, ip(3));
+        assert_eq!(fair.counts().open, 4);
+    }
+
+    #[test]
+    fn a_newcomer_at_its_share_waits_while_its_sources_connections_are_just_set_up() {
+        // A connection whose handshake has just ended, or just begun, is most
+        // likely the API server's, about to send its request (graces of a
+        // minute, so that nothing here grows slow). 25% of 8: 2.
+        let fair = Fair::with_grace(
+            Caps {
+                connections: 8,
+                handshakes: 8,
+                source_share: 25,
+            },
+            (60_000, 60_000),
+        );
+        let idle = answering(&fair, ip(2));
+        idle.idle();
+        let just_set_up = open(&fair, ip(2));
+        // It waits (as for a handshake slot) rather than cut the one being set
+        // up, or close the idle one while it could soon have a slow one's place.
+        assert_eq!(fair.admit(ip(2)).err(), Some(Refused::SetUp));
+        assert!(Refused::SetUp.waits() && Refused::Handshakes.waits() && !Refused::SourceShare.waits());
+        assert!(!just_set_up.is_evicted() && !idle.is_evicted());
+        // Once that one is answering, the idle one gives way.
+        just_set_up.answering();
+        let newcomer = fair.admit(ip(2)).unwrap();
+        assert_eq!(newcomer.evicted, [Phase::Idle]);
+        assert!(idle.is_evicted() && !just_set_up.is_evicted());
     }
 
     #[test]
@@ -594,12 +968,30 @@ mod tests {
         let fair = fair(64, 8, 25);
         let burst: Vec<Ticket> = (0..8).map(|_| fair.admit(ip(2)).unwrap().ticket).collect();
         assert_eq!(fair.counts().handshaking, 8);
-        // Full: its own next dial has no one to take from ...
+        // Full: its own next dial has no one to take from, and is told to
+        // wait for a slot (the accept loop keeps it, `waiting`) ...
         assert_eq!(fair.admit(ip(2)).err(), Some(Refused::Handshakes));
         // ... and another source's newcomer takes the oldest's place.
         let newcomer = fair.admit(ip(3)).unwrap();
-        assert_eq!(newcomer.evicted, Some(Phase::Handshake));
+        assert_eq!(newcomer.evicted, [Phase::Handshake]);
         assert!(burst[0].is_evicted() && !burst[1].is_evicted());
+        // A slot given back is told, and goes first to the waiting connection
+        // whose source holds the fewest handshakes.
+        let freed = fair.freed();
+        tokio::pin!(freed);
+        assert!(futures_ready(freed.as_mut()).is_none(), "nothing freed yet");
+        burst[1].handshaken();
+        assert!(futures_ready(freed.as_mut()).is_some(), "the freed slot is told");
+        assert_eq!(fair.order([ip(2), ip(4), ip(3), ip(4)].into_iter()), [1, 3, 2, 0]);
+    }
+
+    /// Polls `f` once.
+    fn futures_ready<F: std::future::Future>(f: std::pin::Pin<&mut F>) -> Option<F::Output> {
+        let waker = std::task::Waker::noop();
+        match f.poll(&mut std::task::Context::from_waker(waker)) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        }
     }
 
     #[test]
@@ -609,7 +1001,7 @@ mod tests {
         let light = open(&fair, ip(3));
         // Full. A newcomer from a source holding nothing gets in.
         let newcomer = fair.admit(ip(4)).unwrap();
-        assert_eq!(newcomer.evicted, Some(Phase::Request));
+        assert_eq!(newcomer.evicted, [Phase::Request]);
         assert!(heavy[0].is_evicted(), "the heaviest source's oldest gives way");
         assert!(!heavy[1].is_evicted() && !heavy[2].is_evicted() && !light.is_evicted());
         assert_eq!(fair.counts().open, 4);
@@ -623,7 +1015,8 @@ mod tests {
             Counts {
                 open: 2,
                 handshaking: 1,
-                sources: 2
+                sources: 2,
+                waiting: 0
             }
         );
     }
@@ -639,7 +1032,7 @@ mod tests {
         // The pool's source holds the most connections but no candidate:
         // its new connection takes the oldest slow client's place.
         let newcomer = fair.admit(ip(2)).unwrap();
-        assert_eq!(newcomer.evicted, Some(Phase::Request));
+        assert_eq!(newcomer.evicted, [Phase::Request]);
         assert!(slow[0].is_evicted() && pool.iter().all(|t| !t.is_evicted()));
     }
 
@@ -697,20 +1090,21 @@ mod tests {
         let silent: Vec<Ticket> = (0..2).map(|_| fair.admit(ip(2)).unwrap().ticket).collect();
         assert_eq!(fair.admit(ip(2)).err(), Some(Refused::Handshakes));
         let newcomer = fair.admit(ip(3)).unwrap();
-        assert_eq!(newcomer.evicted, Some(Phase::Handshake));
+        assert_eq!(newcomer.evicted, [Phase::Handshake]);
         assert!(silent[0].is_evicted() && !silent[1].is_evicted());
         assert_eq!(
             fair.counts(),
             Counts {
                 open: 2,
                 handshaking: 2,
-                sources: 2
+                sources: 2,
+                waiting: 0
             }
         );
         // Both sources hold one handshake each: the next newcomer from a third
         // source (0 < 2/3) takes the oldest of the two.
         let third = fair.admit(ip(4)).unwrap();
-        assert_eq!(third.evicted, Some(Phase::Handshake));
+        assert_eq!(third.evicted, [Phase::Handshake]);
         assert!(silent[1].is_evicted() && !newcomer.ticket.is_evicted());
     }
 
@@ -724,7 +1118,7 @@ mod tests {
         for last in 3..5 {
             // Each newcomer from a new source evicts one of source 2's, or the previous newcomer's.
             let admitted = fair.admit(ip(last)).unwrap();
-            assert!(admitted.evicted.is_some());
+            assert!(!admitted.evicted.is_empty());
             admitted.ticket.handshaken();
             kept.push(admitted.ticket);
         }

@@ -8,10 +8,11 @@
 //! - **Caps, checked at accept** ([`super::fair`]). A connection that
 //!   finished its handshake and sent half a header costs about 36 KB, which
 //!   the allocator keeps; a handshake costs more, and CPU. Above
-//!   `--max-connections` open, or `--max-handshakes` under way, a new
-//!   connection is closed as soon as it is accepted (load shed, counted in
-//!   `/metrics`), or another gives way for it, instead of being kept until
-//!   the memory limit kills the pod.
+//!   `--max-connections` open, a new connection is closed as soon as it
+//!   is accepted (load shed, counted in `/metrics`), or another gives way
+//!   for it, instead of being kept until the memory limit kills the pod;
+//!   above `--max-handshakes` under way, it waits for a slot, accepted but
+//!   unread (bounded: [`super::waiting`]).
 //! - **A budget for bodies in flight.** A /mutate body is held whole (up to
 //!   the API server's 3 MiB) until it can be decided, so 512 connections
 //!   could hold 1.5 GiB. A request takes its declared Content-Length from
@@ -51,6 +52,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use super::fair::Ticket;
 
 /// Bodies in flight across all connections, in bytes (shared lane).
 pub const BODY_BUDGET: usize = 16 * 1024 * 1024;
@@ -163,6 +166,10 @@ pub struct Deadline {
     changed: Notify,
     request: Duration,
     idle: Duration,
+    /// Told when the connection turns idle (its answer flushed) and busy
+    /// again (a next request's first byte), so that its source's own
+    /// newcomer may take the place of an idle one ([`super::fair`]).
+    ticket: Option<Arc<Ticket>>,
 }
 
 /// Which bound a connection ran out of.
@@ -177,6 +184,11 @@ pub enum Expired {
 
 impl Deadline {
     pub fn new(request: Duration, idle: Duration) -> Arc<Deadline> {
+        Deadline::with_ticket(request, idle, None)
+    }
+
+    /// The same, telling `ticket` when the connection turns idle or busy.
+    pub fn with_ticket(request: Duration, idle: Duration, ticket: Option<Arc<Ticket>>) -> Arc<Deadline> {
         Arc::new(Deadline {
             cycle: Mutex::new(Cycle {
                 busy: false,
@@ -186,6 +198,7 @@ impl Deadline {
             changed: Notify::new(),
             request,
             idle,
+            ticket,
         })
     }
 
@@ -202,6 +215,9 @@ impl Deadline {
             cycle.until = Instant::now() + self.request;
             drop(cycle);
             self.changed.notify_one();
+            if let Some(ticket) = &self.ticket {
+                ticket.busy();
+            }
         }
     }
 
@@ -216,6 +232,10 @@ impl Deadline {
             cycle.busy = false;
             cycle.answered = false;
             cycle.until = Instant::now() + self.idle;
+            drop(cycle);
+            if let Some(ticket) = &self.ticket {
+                ticket.idle();
+            }
         }
     }
 

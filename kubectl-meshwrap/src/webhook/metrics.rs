@@ -40,8 +40,9 @@ struct Inner {
     shed: BTreeMap<&'static str, u64>,
     /// Bound → connections closed by it.
     closed: BTreeMap<&'static str, u64>,
-    /// Connections evicted for a newcomer: in their handshake, in their first request.
-    evicted: [u64; 2],
+    /// Connections evicted for a newcomer: in their handshake, in their
+    /// first request, idle between requests.
+    evicted: [u64; 3],
 }
 
 #[derive(Default)]
@@ -70,7 +71,7 @@ impl Metrics {
         let reason = match why {
             Refused::Handshakes => "max-handshakes",
             Refused::Connections => "max-connections",
-            Refused::SourceShare => "source-share",
+            Refused::SourceShare | Refused::SetUp => "source-share",
         };
         let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         *m.shed.entry(reason).or_default() += 1;
@@ -79,7 +80,12 @@ impl Metrics {
     /// A connection closed to let a newcomer in.
     pub fn evicted(&self, phase: Phase) {
         let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        m.evicted[usize::from(phase == Phase::Request)] += 1;
+        let at = match phase {
+            Phase::Handshake => 0,
+            Phase::Request => 1,
+            Phase::Idle => 2,
+        };
+        m.evicted[at] += 1;
     }
 
     /// A connection closed because it ran out of `bound` (handshake,
@@ -95,6 +101,11 @@ impl Metrics {
         let m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = String::new();
         connections(&mut out, &m, counts.open, counts.handshaking);
+        out.push_str(
+            "# HELP meshwrap_webhook_waiting Connections accepted while every handshake slot is taken, waiting for one.\n",
+        );
+        out.push_str("# TYPE meshwrap_webhook_waiting gauge\n");
+        let _ = writeln!(out, "meshwrap_webhook_waiting {}", counts.waiting);
         fairness(&mut out, &m, counts.sources);
         out.push_str(
             "# HELP meshwrap_webhook_body_bytes Bytes of request bodies held now, against the budget for bodies in flight.\n",
@@ -162,14 +173,14 @@ fn connections(out: &mut String, m: &Inner, open: usize, handshaking: usize) {
 }
 
 fn fairness(out: &mut String, m: &Inner, sources: usize) {
-    out.push_str("# HELP meshwrap_webhook_sources Source addresses (IPv6: /64s) holding a connection.\n");
+    out.push_str("# HELP meshwrap_webhook_sources Source addresses holding a connection.\n");
     out.push_str("# TYPE meshwrap_webhook_sources gauge\n");
     let _ = writeln!(out, "meshwrap_webhook_sources {sources}");
     out.push_str(
-        "# HELP meshwrap_webhook_connections_evicted_total Connections still in their handshake or first request, closed to let in a newcomer from a source holding fewer of those, by the phase they were in.\n",
+        "# HELP meshwrap_webhook_connections_evicted_total Connections closed to let in a newcomer, by the phase they were in: in their handshake or first request (for a source holding fewer of those, or for their own source's newcomer at its share), or idle between requests (for their own source's newcomer at its share only).\n",
     );
     out.push_str("# TYPE meshwrap_webhook_connections_evicted_total counter\n");
-    for (phase, count) in ["handshake", "request"].iter().zip(m.evicted) {
+    for (phase, count) in ["handshake", "request", "idle"].iter().zip(m.evicted) {
         let _ = writeln!(
             out,
             "meshwrap_webhook_connections_evicted_total{{phase=\"{phase}\"}} {count}"

@@ -5,6 +5,8 @@
 //! - [`server`]: HTTPS, routes, limits, timeouts and the drain.
 //! - [`fair`]: the caps on connections and handshakes, shared fairly by
 //!   source address, and who gives way when they are reached.
+//! - [`waiting`]: connections accepted while every handshake slot is
+//!   taken, waiting for one instead of being refused.
 //! - [`limits`]: the budget for request bodies, and each connection's
 //!   deadline.
 //! - [`tls`]: the serving certificate, reloaded when its files change.
@@ -21,3 +23,4 @@ pub mod log;
 pub mod metrics;
 pub mod server;
 pub mod tls;
+pub mod waiting;

@@ -8,12 +8,16 @@
 //!   its first byte to the flush of its answer (a slowloris, a client that
 //!   never reads, a wedged peer), is cut off after `--client-timeout`; an
 //!   idle keep-alive connection after `--idle-timeout`;
-//! - above `--max-connections` open or `--max-handshakes` under way, a new
-//!   connection is closed at accept, so a flood costs CPU, not the memory
-//!   limit (see [`super::limits`]), unless the source address holding the
-//!   most connections still in their handshake or first request (more
-//!   than the newcomer's) gives way for it, its oldest such; and no source
-//!   holds more than `--max-source-share` (see [`super::fair`]);
+//! - above `--max-connections` open, a new connection is closed at accept,
+//!   so a flood costs CPU, not the memory limit (see [`super::limits`]),
+//!   unless the source address holding the most connections still in
+//!   their handshake or first request (more than the newcomer's) gives way
+//!   for it, its oldest such; no source holds more than
+//!   `--max-source-share`, and at it its own oldest slow or idle connection
+//!   gives way for its newcomer (see [`super::fair`]); above
+//!   `--max-handshakes` under way, a new connection that no other source's
+//!   handshake gives way to waits for a slot, within `--client-timeout`
+//!   (see [`super::waiting`]): the API server's cold burst is let in;
 //! - a body above the API server's own 3 MiB limit is refused (413) by its
 //!   Content-Length, or as soon as it grows past it, without being buffered;
 //!   bodies held at once share a budget, and a request it cannot cover is
@@ -50,16 +54,17 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_rustls::TlsAcceptor;
 
 use super::admission::{self, MAX_BODY, Settings};
 use super::events::{self, Events};
-use super::fair::{Caps, Fair, Ticket};
+use super::fair::{Admitted, Caps, Fair, RETRY_WAITING, Refused, Ticket};
 use super::limits::{BODY_BUDGET, BodyBudget, Deadline, Expired, Held, SMALL_BODY, SMALL_LANE, Timed};
 use super::log;
 use super::metrics::Metrics;
 use super::tls::{Certificates, Reload};
+use super::waiting::Waiting;
 
 /// How often the certificate files are read again.
 const RELOAD_EVERY: Duration = Duration::from_secs(1);
@@ -126,7 +131,7 @@ async fn serve(config: Config) -> i32 {
             return code;
         }
     };
-    let (mut term, mut int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+    let (term, int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
         (Ok(t), Ok(i)) => (t, i),
         _ => {
             log::error("cannot serve", &[("error", json!("cannot handle SIGTERM"))]);
@@ -153,7 +158,18 @@ async fn serve(config: Config) -> i32 {
         ],
     );
     tokio::spawn(reload(certificates));
-    let state = Arc::new(State {
+    let state = state(&config);
+    let graceful = GracefulShutdown::new();
+    serve_until_stopped(&listener, &acceptor, &state, &graceful, &config, (term, int)).await;
+    drop(listener);
+    drain(graceful, config.drain_timeout).await;
+    state.events.finish().await;
+    0
+}
+
+/// What every connection shares.
+fn state(config: &Config) -> Arc<State> {
+    Arc::new(State {
         settings: config.settings.clone(),
         metrics: Metrics::default(),
         draining: AtomicBool::new(false),
@@ -166,31 +182,59 @@ async fn serve(config: Config) -> i32 {
         }),
         bodies: BodyBudget::new(BODY_BUDGET, SMALL_LANE, SMALL_BODY),
         events: Events::start(&config.events),
-    });
-    let graceful = GracefulShutdown::new();
+    })
+}
+
+/// The accept loop, with the connections waiting for a slot, until the
+/// drain's delay after SIGTERM (or SIGINT) has passed.
+async fn serve_until_stopped(
+    listener: &TcpListener,
+    acceptor: &TlsAcceptor,
+    state: &Arc<State>,
+    graceful: &GracefulShutdown,
+    config: &Config,
+    (mut term, mut int): (Signal, Signal),
+) {
+    let serving = Serving {
+        acceptor,
+        state,
+        graceful,
+    };
+    let mut waiting = Waiting::new(config.max_connections, config.client_timeout);
     let mut stop_at: Option<tokio::time::Instant> = None;
     loop {
-        let stop = async {
-            match stop_at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
+        let (stop, expiry) = (stop_at, waiting.next_expiry());
         tokio::select! {
-            accepted = listener.accept() => accept(accepted, &acceptor, &state, &graceful).await,
+            accepted = listener.accept() => serving.accept(accepted, &mut waiting).await,
+            () = state.fair.freed(), if !waiting.is_empty() => serving.unwait(&mut waiting),
+            // A connection just set up grows slow with time: no event says so.
+            () = tokio::time::sleep(RETRY_WAITING), if !waiting.is_empty() => serving.unwait(&mut waiting),
+            () = sleep_until(expiry) => {
+                // Waited --client-timeout for a slot: closed, as a handshake
+                // that long would have been.
+                for (tcp, why) in waiting.expired(tokio::time::Instant::now()) {
+                    state.metrics.shed(why);
+                    drop(tcp);
+                }
+            }
             _ = term.recv(), if stop_at.is_none() => {
-                stop_at = Some(begin_drain(&state, "SIGTERM", config.shutdown_delay));
+                stop_at = Some(begin_drain(state, "SIGTERM", config.shutdown_delay));
             }
             _ = int.recv(), if stop_at.is_none() => {
-                stop_at = Some(begin_drain(&state, "SIGINT", config.shutdown_delay));
+                stop_at = Some(begin_drain(state, "SIGINT", config.shutdown_delay));
             }
-            () = stop => break,
+            () = sleep_until(stop) => break,
         }
+        state.fair.set_waiting(waiting.len());
     }
-    drop(listener);
-    drain(graceful, config.drain_timeout).await;
-    state.events.finish().await;
-    0
+}
+
+/// Sleeps until `at`, or forever.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The certificates (re-read as they change) and the TLS acceptor over
@@ -208,38 +252,99 @@ fn tls(config: &Config) -> Result<(Arc<Certificates>, TlsAcceptor), (i32, String
     Ok((certificates, TlsAcceptor::from(Arc::new(tls))))
 }
 
-/// One accepted connection: served in a task of its own within the caps
-/// and its source's share (another may give way for it), or closed at once.
-async fn accept(
-    accepted: std::io::Result<(TcpStream, SocketAddr)>,
-    acceptor: &TlsAcceptor,
-    state: &Arc<State>,
-    graceful: &GracefulShutdown,
-) {
-    // Evicted connections are closed before more are admitted (see `fair`).
-    state.fair.settled().await;
-    match accepted {
-        Ok((tcp, peer)) => match state.fair.admit(peer.ip()) {
-            Ok(admitted) => {
-                if let Some(phase) = admitted.evicted {
-                    state.metrics.evicted(phase);
+/// A connection waiting for a slot, and why it waits (its reason if it
+/// waits too long).
+type Parked = (TcpStream, Refused);
+
+/// What the accept loop hands each connection it lets in.
+struct Serving<'a> {
+    acceptor: &'a TlsAcceptor,
+    state: &'a Arc<State>,
+    graceful: &'a GracefulShutdown,
+}
+
+impl Serving<'_> {
+    /// One accepted connection: served in a task of its own within the caps
+    /// and its source's share (another may give way for it), kept waiting
+    /// for a handshake slot, or closed at once.
+    async fn accept(&self, accepted: std::io::Result<(TcpStream, SocketAddr)>, waiting: &mut Waiting<Parked>) {
+        // Evicted connections are closed before more are admitted (see `fair`).
+        self.state.fair.settled().await;
+        let (tcp, peer) = match accepted {
+            Ok(pair) => pair,
+            // Out of descriptors, most likely: let some connections end.
+            Err(_) => return tokio::time::sleep(Duration::from_millis(10)).await,
+        };
+        // Those waiting already go first, as far as slots have freed.
+        self.unwait(waiting);
+        match self.state.fair.admit(peer.ip()) {
+            Ok(admitted) => self.spawn(tcp, admitted),
+            // Only a handshake slot is missing, or its source's own
+            // connections are all being set up: the side taken is the API
+            // server's (its cold burst is one address's), so the connection
+            // waits, within --client-timeout, instead of being refused (see
+            // `waiting`).
+            Err(why) if why.waits() => {
+                if let Some((shed, why)) = waiting.push((tcp, why), peer.ip(), tokio::time::Instant::now()) {
+                    self.state.metrics.shed(why);
+                    drop(shed);
                 }
-                tokio::spawn(connection(
-                    tcp,
-                    admitted.ticket,
-                    acceptor.clone(),
-                    state.clone(),
-                    graceful.watcher(),
-                ));
             }
             // Closed at once: the client sees its connection reset or ended.
             Err(why) => {
-                state.metrics.shed(why);
+                self.state.metrics.shed(why);
                 drop(tcp);
             }
-        },
-        // Out of descriptors, most likely: let some connections end.
-        Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+
+    /// Lets in connections that wait while slots are free (or given way),
+    /// those whose source holds the fewest handshakes first, until no
+    /// handshake slot is left; one whose source's own connections are still
+    /// being set up waits on; one refused otherwise (its source at its share,
+    /// every connection answering) is closed.
+    fn unwait(&self, waiting: &mut Waiting<Parked>) {
+        let ips: Vec<std::net::IpAddr> = waiting.ips().collect();
+        let mut done: Vec<(usize, Result<Admitted, Refused>)> = Vec::new();
+        for at in self.state.fair.order(ips.iter().copied()) {
+            match self.state.fair.admit(ips[at]) {
+                Err(Refused::Handshakes) => break,
+                Err(Refused::SetUp) => {
+                    if let Some(parked) = waiting.get_mut(at) {
+                        parked.1 = Refused::SetUp;
+                    }
+                }
+                outcome => done.push((at, outcome)),
+            }
+        }
+        // Taken out from the last, so the indexes hold.
+        done.sort_unstable_by_key(|(at, _)| std::cmp::Reverse(*at));
+        for (at, outcome) in done {
+            let Some(((tcp, _), _)) = waiting.remove(at) else {
+                continue;
+            };
+            match outcome {
+                Ok(admitted) => self.spawn(tcp, admitted),
+                Err(why) => {
+                    self.state.metrics.shed(why);
+                    drop(tcp);
+                }
+            }
+        }
+        self.state.fair.set_waiting(waiting.len());
+    }
+
+    fn spawn(&self, tcp: TcpStream, admitted: Admitted) {
+        for phase in admitted.evicted {
+            self.state.metrics.evicted(phase);
+        }
+        tokio::spawn(connection(
+            tcp,
+            admitted.ticket,
+            self.acceptor.clone(),
+            self.state.clone(),
+            self.graceful.watcher(),
+        ));
     }
 }
 
@@ -328,7 +433,7 @@ async fn connection(tcp: TcpStream, ticket: Ticket, acceptor: TlsAcceptor, state
     };
     ticket.handshaken();
     tls.get_mut().1.set_buffer_limit(Some(TLS_BUFFER));
-    let deadline = Deadline::new(state.client_timeout, state.idle_timeout);
+    let deadline = Deadline::with_ticket(state.client_timeout, state.idle_timeout, Some(ticket.clone()));
     let io = TokioIo::new(Timed::new(tls, deadline.clone()));
     let (cycle, shared, place) = (deadline.clone(), state.clone(), ticket.clone());
     let service = service_fn(move |req| {
@@ -355,7 +460,8 @@ async fn connection(tcp: TcpStream, ticket: Ticket, acceptor: TlsAcceptor, state
             // Dropping the connection closes it, whatever it was waiting for.
             state.metrics.closed(if expired == Expired::Request { "request" } else { "idle" });
         }
-        // Only before its first request arrived whole (see `fair`).
+        // Only before its first request arrived whole, or idle between
+        // requests for its own source's newcomer (see `fair`).
         () = ticket.evicted() => {}
     }
 }

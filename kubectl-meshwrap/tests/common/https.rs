@@ -326,7 +326,7 @@ impl Client {
     }
 
     /// The TLS handshake over `tcp`, each read bounded by `within`.
-    fn over(
+    pub fn over(
         tcp: TcpStream,
         config: Arc<rustls::ClientConfig>,
         name: &str,
