@@ -101,7 +101,16 @@ pub fn run(
     if is_json(body) {
         // JSON objects one after another (kubectl takes them; YAML does not):
         // each is a document of its own.
-        for (start, end) in json_values(body) {
+        let (values, stray) = json_values(body);
+        if let Some((at, why)) = stray {
+            entries.push(entry(
+                Verdict::Error,
+                &Value::Null,
+                format!("line {}", line_of(body, at)),
+                format!("not JSON: {why}: left as it is"),
+            ));
+        }
+        for (start, end) in values {
             let chunk = &body[start..end];
             let cx = Context { json: true, ..cx };
             let led = tree::lead(chunk);
@@ -149,11 +158,20 @@ fn is_json(text: &str) -> bool {
 }
 
 /// Top-level JSON values, by brackets and strings.
-fn json_values(text: &str) -> Vec<(usize, usize)> {
+/// The spans of the JSON values one after another in `text`, and where
+/// the text stops being such values (an object never closed, a trailing
+/// comma or other bytes between them), with why: kubectl refuses those, so
+/// inject must not pass them through as if nothing were wrong.
+fn json_values(text: &str) -> (Vec<(usize, usize)>, Option<(usize, &'static str)>) {
     let bytes = text.as_bytes();
     let mut spans = Vec::new();
+    let mut stray = None;
     let (mut depth, mut in_string, mut escaped, mut start) = (0usize, false, false, 0);
     for (i, &b) in bytes.iter().enumerate() {
+        if depth == 0 && !in_string && !b.is_ascii_whitespace() && !matches!(b, b'{' | b'[') {
+            stray.get_or_insert((i, "text outside any JSON object or array"));
+            continue;
+        }
         if in_string {
             match (escaped, b) {
                 (true, _) => escaped = false,
@@ -180,7 +198,10 @@ fn json_values(text: &str) -> Vec<(usize, usize)> {
             _ => {}
         }
     }
-    spans
+    if depth > 0 || in_string {
+        stray.get_or_insert((start, "the JSON value that starts here never ends"));
+    }
+    (spans, stray)
 }
 
 fn entry(verdict: Verdict, doc: &Value, what: String, message: String) -> Entry {

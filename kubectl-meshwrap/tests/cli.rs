@@ -538,3 +538,33 @@ fn a_refused_layout_is_reported_with_its_cause_and_line_and_left_as_it_is() {
         assert_eq!(run.stdout, "", "nothing is written on an error");
     }
 }
+
+/// #36: JSON that kubectl would refuse is refused here too, at its line,
+/// and nothing is written: a value never closed, or bytes outside any
+/// value (a trailing comma). Before, both passed through with exit 0.
+#[test]
+fn malformed_json_is_an_error_at_its_line_and_nothing_is_written() {
+    let job = r#"{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"x"},"spec":{"template":{"spec":{"restartPolicy":"Never","containers":[{"name":"a","image":"b","command":["c"]}]}}}}"#;
+    for (input, says) in [
+        (
+            job[..job.len() - 1].to_string(),
+            "line 1: error: not JSON: the JSON value that starts here never ends",
+        ),
+        (
+            format!("{job},\n"),
+            "line 1: error: not JSON: text outside any JSON object or array",
+        ),
+        (
+            format!("{job}\n\n{{\"kind\": \"Job\""),
+            "line 3: error: not JSON: the JSON value that starts here never ends",
+        ),
+    ] {
+        let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "-f", "-"], &input);
+        assert_eq!(run.code, 1, "{}", run.stderr);
+        assert!(run.stderr.contains(says), "{}", run.stderr);
+        assert_eq!(run.stdout, "", "nothing written");
+    }
+    // JSON objects one after another, as kubectl takes them, still pass.
+    let two = format!("{job}\n{job}\n");
+    assert_eq!(kubectl_meshwrap(&["inject", "--image", IMAGE, "-f", "-"], &two).code, 0);
+}
