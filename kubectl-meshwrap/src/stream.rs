@@ -158,11 +158,14 @@ fn is_json(text: &str) -> bool {
 }
 
 /// Top-level JSON values, by brackets and strings.
+/// Where a JSON stream stops being JSON values, and why.
+type Stray = (usize, &'static str);
+
 /// The spans of the JSON values one after another in `text`, and where
 /// the text stops being such values (an object never closed, a trailing
 /// comma or other bytes between them), with why: kubectl refuses those, so
 /// inject must not pass them through as if nothing were wrong.
-fn json_values(text: &str) -> (Vec<(usize, usize)>, Option<(usize, &'static str)>) {
+fn json_values(text: &str) -> (Vec<(usize, usize)>, Option<Stray>) {
     let bytes = text.as_bytes();
     let mut spans = Vec::new();
     let mut stray = None;
