@@ -213,3 +213,27 @@ fn guard_quits_after_a_group_kill(runtime: Runtime, seccomp: Seccomp) {
         ),
     );
 }
+
+/// The rule that tells a static binary from a dynamic one: a PT_INTERP
+/// program header, read from a 64-bit little-endian ELF.
+#[test]
+fn a_binary_with_a_program_interpreter_is_dynamic() {
+    use crate::support::oci::has_interpreter;
+    // An ELF header (64 bytes) whose program headers start at 64, 56 bytes
+    // each, one of them; then that header, whose type is `kind`.
+    let elf = |kind: u8| {
+        let mut bytes = vec![0u8; 64 + 56];
+        bytes[..4].copy_from_slice(b"\x7fELF");
+        bytes[0x20] = 64;
+        bytes[0x36] = 56;
+        bytes[0x38] = 1;
+        bytes[64] = kind;
+        bytes
+    };
+    assert!(has_interpreter(&elf(3)), "PT_INTERP");
+    assert!(!has_interpreter(&elf(1)), "PT_LOAD only");
+    assert!(!has_interpreter(b"\x7fELF"), "truncated: no header to read");
+    // cargo's build of meshwrap is glibc's, dynamic.
+    let cargo_build = std::fs::read(env!("CARGO_BIN_EXE_meshwrap")).unwrap();
+    assert!(has_interpreter(&cargo_build), "cargo's glibc build");
+}

@@ -120,7 +120,15 @@ pub fn not_this_run() -> Option<&'static str> {
 /// What keeps `runtime` from running here, if anything: root, the tools,
 /// and a static meshwrap in MESHWRAP_TEST_BIN.
 pub fn lacks(runtime: Runtime) -> Option<String> {
-    lacks_root_or(&[runtime.path(), "/bin/busybox", "/usr/bin/unshare"]).or_else(|| static_meshwrap().err())
+    lacks_root_or(&[runtime.path(), "/bin/busybox", "/usr/bin/unshare"])
+        .or_else(static_busybox)
+        .or_else(|| static_meshwrap().err())
+}
+
+/// Debian's `busybox` package is dynamic, and conflicts with busybox-static.
+fn static_busybox() -> Option<String> {
+    let elf = std::fs::read("/bin/busybox").unwrap_or_default();
+    has_interpreter(&elf).then(|| "/bin/busybox is dynamically linked: install busybox-static (CI does)".into())
 }
 
 /// The static meshwrap to put in the rootfs, or why there is none.
@@ -141,7 +149,7 @@ fn static_meshwrap() -> Result<PathBuf, String> {
 
 /// Whether a 64-bit little-endian ELF file asks for a program interpreter
 /// (PT_INTERP): a dynamic executable, which needs a libc the rootfs lacks.
-fn has_interpreter(elf: &[u8]) -> bool {
+pub fn has_interpreter(elf: &[u8]) -> bool {
     let word = |at: usize, len: usize| -> u64 {
         elf.get(at..at + len)
             .map(|b| b.iter().rev().fold(0u64, |n, &x| n << 8 | u64::from(x)))
