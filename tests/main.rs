@@ -12,6 +12,7 @@ mod exec;
 mod exit_status;
 mod guard;
 mod install;
+mod oci;
 mod pid1;
 mod pod;
 mod presets;

@@ -4,7 +4,9 @@
 
 pub mod command;
 pub mod dns;
+pub mod oci;
 pub mod pod;
+pub mod seccomp;
 pub mod sidecar;
 
 pub use command::{BOUND, Meshwrap, Run, Running, Stream, probe_bin};
