@@ -4,7 +4,8 @@
 //! A document is rewritten only if all of these hold:
 //! - it parsed;
 //! - the places meshwrap would edit carry no anchor, alias, tag, merge key
-//!   or Helm template syntax (`{{`);
+//!   or Helm template action (a `{{` that YAML read as a collection; in a
+//!   string, as Argo's parameters are, `{{...}}` is data);
 //! - the edited text re-parses to exactly the plan applied to its JSON.
 //!
 //! Otherwise it is left byte for byte as it was, and the entry says why.
@@ -495,7 +496,15 @@ fn plan_unit(working: &mut Value, workload: workloads::Workload, opts: &Options)
         }
     };
     if places.is_empty() {
-        let e = say(Verdict::Skipped, what(""), "no pod template found".into());
+        let e = match workloads::nothing_to_wrap(object, &workload.kind) {
+            Some(why) => say(Verdict::Unchanged, what(""), why),
+            None if workload.kind == "RayJob" => say(
+                Verdict::Skipped,
+                what(""),
+                "no spec.submitterPodTemplate: KubeRay makes the submitter pod itself, which inject cannot see; give the RayJob a submitterPodTemplate with the submitter's command (ray job submit ...) to wrap it".into(),
+            ),
+            None => say(Verdict::Skipped, what(""), "no pod template found".into()),
+        };
         unit.entries.push((e, None));
     }
     for place in places {
@@ -564,17 +573,29 @@ fn duplicate_key(text: &str, object: Option<&tree::Node>) -> Option<String> {
 }
 
 /// Whether a place `unit` injects holds anchors, aliases, tags, merge keys
-/// or template syntax, where an edit could mean something else.
+/// or a Helm template action, where an edit could mean something else.
+/// `{{...}}` inside a string (Argo's parameters, `{{workflow.name}}`) is
+/// data the edit keeps byte for byte: it never blocks one.
 fn tangled(text: &str, doc: &tree::Document, unit: &Unit) -> bool {
     unit.entries
         .iter()
         .filter_map(|(_, p)| p.as_ref())
         .flat_map(regions)
-        .any(|path| {
-            doc.root
-                .at(&path)
-                .is_some_and(|n| n.decorated || text[n.start..n.end.max(n.start).min(text.len())].contains("{{"))
-        })
+        .any(|path| doc.root.at(&path).is_some_and(|n| n.decorated || helm_action(text, n)))
+}
+
+/// A `{{ ... }}` that YAML read as structure, not as a string: a flow
+/// collection whose text opens with `{{` (`image: {{ .Values.image }}`
+/// parses as a mapping in a mapping). That is an unrendered Helm template,
+/// whose rendering would move what an edit added.
+fn helm_action(text: &str, node: &tree::Node) -> bool {
+    let opens = |n: &tree::Node| text.get(n.start..).is_some_and(|t| t.starts_with("{{"));
+    match &node.kind {
+        tree::Kind::Map(_) | tree::Kind::Seq(_) if node.flow && opens(node) => true,
+        tree::Kind::Map(pairs) => pairs.iter().any(|(k, v)| helm_action(text, k) || helm_action(text, v)),
+        tree::Kind::Seq(items) => items.iter().any(|n| helm_action(text, n)),
+        tree::Kind::Scalar { .. } | tree::Kind::Alias => false,
+    }
 }
 
 /// Takes the additions of refused units back out of `working`: their
@@ -829,4 +850,27 @@ fn finish(
     }
     entries.extend(mine);
     edits
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn has_helm_action(text: &str) -> bool {
+        let mut found = false;
+        assert!(tree::parse_each(text, |doc| found |= helm_action(text, &doc.root)).is_none());
+        found
+    }
+
+    #[test]
+    fn a_helm_action_read_as_yaml_is_one_and_argo_parameters_in_strings_are_data() {
+        assert!(has_helm_action("image: {{ .Values.image }}\n"));
+        assert!(has_helm_action(
+            "spec:\n  containers:\n    - image: {{ .Values.image }}\n"
+        ));
+        assert!(!has_helm_action("args: [\"{{inputs.parameters.message}}\"]\n"));
+        assert!(!has_helm_action("value: \"{{workflow.name}} says hello\"\n"));
+        assert!(!has_helm_action("args:\n  - echo {{inputs.parameters.x}}\n"));
+        assert!(!has_helm_action("command: [echo, '{{x}}']\nlabels: {a: b}\n"));
+    }
 }

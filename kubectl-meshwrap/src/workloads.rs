@@ -274,10 +274,8 @@ fn places_of(doc: &Value, at: &Path, object: &Value, kind: &str) -> Option<Resul
         ("ray.io", "RayJob") if object.pointer("/spec/submitterPodTemplate").is_some() => {
             one(&["spec", "submitterPodTemplate"], Some("ray-job-submitter"))
         }
-        ("ray.io", "RayJob") => Some(Ok(Vec::new())),
-        ("ray.io", "RayCluster" | "RayService") => Some(Err(format!(
-            "a {kind}'s head and worker groups run until deleted: left alone (teach a path with --template-path {kind}=PATH to wrap one)"
-        ))),
+        // No template here: `nothing_to_wrap` says why, as a note.
+        ("ray.io", "RayJob" | "RayCluster" | "RayService") => Some(Ok(Vec::new())),
         ("argoproj.io", "Workflow" | "WorkflowTemplate" | "ClusterWorkflowTemplate" | "CronWorkflow") => {
             let spec = if kind == "CronWorkflow" { p(&["spec", "workflowSpec"]) } else { p(&["spec"]) };
             Some(Ok(argo_places(doc, spec)))
@@ -286,6 +284,39 @@ fn places_of(doc: &Value, at: &Path, object: &Value, kind: &str) -> Option<Resul
             "unknown kind {}{kind} holds containers: not changed; teach it with --template-path {kind}=PATH (e.g. spec.template)",
             if api.is_empty() { String::new() } else { format!("{api} ") }
         ))),
+        _ => None,
+    }
+}
+
+/// Why a workload of a known kind with no pod template to wrap is fine as
+/// it is (a note, not a skip: the run does not fail), or `None` when it
+/// should have had one.
+pub fn nothing_to_wrap(object: &Value, kind: &str) -> Option<String> {
+    let at = |p: &str| object.pointer(p).and_then(Value::as_str);
+    let spec = if kind == "CronWorkflow" {
+        "/spec/workflowSpec"
+    } else {
+        "/spec"
+    };
+    match kind {
+        "Workflow" | "CronWorkflow" if object.pointer(&format!("{spec}/workflowTemplateRef")).is_some() => {
+            let name = at(&format!("{spec}/workflowTemplateRef/name")).unwrap_or("?");
+            Some(format!(
+                "nothing to wrap: it runs the templates of the WorkflowTemplate {name} (workflowTemplateRef): inject that one"
+            ))
+        }
+        "Workflow" | "WorkflowTemplate" | "ClusterWorkflowTemplate" | "CronWorkflow" => Some(
+            "nothing to wrap: no container or script template (steps, dag, resource, suspend, http and plugin templates run no command of yours)".into(),
+        ),
+        "RayJob" => Some(match at("/spec/submissionMode").unwrap_or("K8sJobMode") {
+            "HTTPMode" => "nothing to wrap: with submissionMode HTTPMode the operator submits the job over HTTP; there is no submitter pod".into(),
+            "InteractiveMode" => "nothing to wrap: with submissionMode InteractiveMode the job is submitted by hand; there is no submitter pod".into(),
+            "SidecarMode" => "nothing to wrap: with submissionMode SidecarMode the submitter is a container of the head pod, which runs until the cluster goes".into(),
+            _ => return None,
+        }),
+        "RayCluster" | "RayService" => Some(format!(
+            "left alone: a {kind}'s head and worker groups run until deleted (teach a path with --template-path {kind}=PATH to wrap one)"
+        )),
         _ => None,
     }
 }
