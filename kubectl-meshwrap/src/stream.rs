@@ -331,7 +331,36 @@ fn why_uneditable(d: &Doc, unit: &Unit, edits: &[edit::Edit], working: &Value) -
     if let Some(why) = d.odd_key() {
         return why.into();
     }
+    if let Some(line) = last_block_scalar_unbroken(d.text, &d.tree.root) {
+        return format!(
+            "the block scalar at line {line} ends the file with no final newline: a line added after it would give its value one; left as it is (end the file with a newline)"
+        );
+    }
     misread(d, unit, edits, working).unwrap_or_else(|| UNEDITABLE.into())
+}
+
+/// The line of a block scalar (`|`, `>`) that ends `text` with no line
+/// break after it, if one does: nothing can be added after it losslessly.
+fn last_block_scalar_unbroken(text: &str, node: &tree::Node) -> Option<usize> {
+    if text.ends_with(['\n', '\r']) {
+        return None;
+    }
+    let last = match &node.kind {
+        tree::Kind::Map(pairs) => pairs.last().map(|(_, v)| v),
+        tree::Kind::Seq(items) => items.last(),
+        tree::Kind::Scalar { style, .. } => {
+            let block = matches!(
+                style,
+                saphyr_parser::ScalarStyle::Literal | saphyr_parser::ScalarStyle::Folded
+            );
+            let at_end = text
+                .get(node.end..)
+                .is_some_and(|r| r.trim_matches([' ', '\t']).is_empty());
+            return (block && at_end).then(|| line_of(text, node.start));
+        }
+        tree::Kind::Alias => None,
+    };
+    last.and_then(|n| last_block_scalar_unbroken(text, n))
 }
 
 /// The first place where `unit`, edited by `edits` (its own), reads

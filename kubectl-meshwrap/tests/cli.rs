@@ -568,3 +568,29 @@ fn malformed_json_is_an_error_at_its_line_and_nothing_is_written() {
     let two = format!("{job}\n{job}\n");
     assert_eq!(kubectl_meshwrap(&["inject", "--image", IMAGE, "-f", "-"], &two).code, 0);
 }
+
+/// #36: a block scalar that ends the file with no final newline reads
+/// without one (PyYAML, kubectl); a line added after it would give it one,
+/// changing the user's command. It is refused at its line, nothing
+/// written; with the newline the same Job is wrapped and keeps its value.
+#[test]
+fn a_block_scalar_ending_the_file_without_a_newline_is_refused_not_changed() {
+    let job = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: a\n          image: b\n          command: [sh, -c]\n          args:\n            - |\n              sleep 10";
+    let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "-f", "-"], job);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("the block scalar at line 14 ends the file with no final newline"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.stdout, "");
+    let with_newline = format!("{job}\n");
+    let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "-f", "-"], &with_newline);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("            - |\n              sleep 10\n"),
+        "{}",
+        run.stdout
+    );
+}

@@ -133,6 +133,25 @@ pub fn parse_each<'a>(text: &'a str, each: impl FnMut(Document<'a>)) -> Option<P
     build(text, Parser::new_from_str(text), 0, each)
 }
 
+/// A block scalar that ends the input with no line break after its last
+/// line reads without one (YAML 1.2.2 8.1.1.2: chomping keeps a final line
+/// break only where there is one; PyYAML and kubectl read `|\n  x` as
+/// "x"), where saphyr adds one. Without this, the JSON would hold a value
+/// the input does not, and an edit that adds a line after the scalar (and
+/// so gives it its break) would read back as unchanged.
+fn unbroken_at_end<'a>(input: &str, end: usize, value: Cow<'a, str>, style: ScalarStyle) -> Cow<'a, str> {
+    let block = matches!(style, ScalarStyle::Literal | ScalarStyle::Folded);
+    let at_end = input
+        .get(end..)
+        .is_some_and(|rest| rest.trim_matches([' ', '\t']).is_empty());
+    if block && at_end && !input.ends_with(['\n', '\r']) && value.ends_with('\n') {
+        let mut value = value.into_owned();
+        value.pop();
+        return Cow::Owned(value);
+    }
+    value
+}
+
 /// Read before a JSON value: tells saphyr the value cannot be a mapping key
 /// (`{...}: x`). Without it saphyr holds every token of a flow collection
 /// that starts a line until the collection ends, in case it is one: some 50
@@ -201,13 +220,19 @@ fn build<'a, I: Input>(
                 flow: false,
                 decorated: true,
             },
-            Event::Scalar(text, style, anchor, tag) => Node {
-                kind: Kind::Scalar { text, style },
-                start,
-                end: lines.byte(&span.end),
-                flow: false,
-                decorated: anchor != 0 || tag.is_some(),
-            },
+            Event::Scalar(value, style, anchor, tag) => {
+                let end = lines.byte(&span.end);
+                Node {
+                    kind: Kind::Scalar {
+                        text: unbroken_at_end(text, end, value, style),
+                        style,
+                    },
+                    start,
+                    end,
+                    flow: false,
+                    decorated: anchor != 0 || tag.is_some(),
+                }
+            }
             Event::SequenceStart(anchor, ref tag) | Event::MappingStart(anchor, ref tag) => {
                 let seq = matches!(event, Event::SequenceStart(..));
                 stack.push((open(text, start, seq, anchor != 0 || tag.is_some()), None));
@@ -644,6 +669,21 @@ fn plain(text: &str) -> Value {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_block_scalar_at_the_end_without_a_line_break_reads_without_one_as_pyyaml_does() {
+        let value = |text: &str| {
+            let (docs, error) = parse(text);
+            assert!(error.is_none(), "{text:?}");
+            docs[0].root.to_json()["a"].clone()
+        };
+        assert_eq!(value("a: |\n  x"), "x");
+        assert_eq!(value("a: |\n  x\n"), "x\n");
+        assert_eq!(value("a: |+\n  x"), "x");
+        assert_eq!(value("a: >\n  x y"), "x y");
+        assert_eq!(value("a: |-\n  x"), "x");
+        assert_eq!(value("a: |\n  x\nb: 1"), "x\n");
+    }
     use super::*;
 
     #[test]
