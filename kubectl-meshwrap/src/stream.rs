@@ -129,7 +129,13 @@ pub fn run(
 
 /// The entry for a stream that stops parsing at `line`.
 fn not_yaml(text: &str, line: usize, why: String) -> Entry {
-    let helm = if text.contains("{{") {
+    let helm = if why.contains("indentation in quoted scalar") {
+        // YAML 1.2 indents a flow node in a block mapping past its key
+        // (s-l+flow-in-block(n): n+1), continuation lines included; PyYAML
+        // and kubectl's go-yaml let a line at the key's column through, as
+        // Argo's examples write `args: ["` ... `"]`.
+        " (a quoted string here continues on a line not indented past its key: kubectl reads that, YAML 1.2 does not; indent its lines past the key, or use a block scalar)"
+    } else if text.contains("{{") {
         " (a Helm template? render it first, or use inject as a post-renderer)"
     } else {
         ""
