@@ -52,6 +52,9 @@ pub struct Inject {
     /// Rewrite the files themselves (atomically) instead of printing
     #[arg(long = "in-place", short = 'i', env = "MESHWRAP_IN_PLACE")]
     pub in_place: bool,
+    /// Print what --in-place would change, as a unified diff (git apply, patch -p1), and change nothing
+    #[arg(long = "diff", env = "MESHWRAP_DIFF", conflicts_with = "in_place")]
+    pub diff: bool,
     /// Write what could be wrapped even when a pod template was skipped (by default a skip fails the run and
     /// nothing is written, so a job is never applied half-wrapped)
     #[arg(long = "allow-skip", env = "MESHWRAP_ALLOW_SKIP", conflicts_with = "strict")]

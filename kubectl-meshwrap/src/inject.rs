@@ -31,6 +31,8 @@ use crate::workloads::TemplatePath;
 pub struct Request {
     pub files: Vec<String>,
     pub in_place: bool,
+    /// `--diff`: print what `--in-place` would change, change nothing.
+    pub diff: bool,
     /// `--allow-skip`: write what could be wrapped even when a pod template
     /// was skipped (the old default; `--strict` is the default now).
     pub allow_skip: bool,
@@ -172,8 +174,9 @@ pub fn run(req: &Request) -> i32 {
     } else {
         req.files.clone()
     };
-    if req.in_place && files.iter().any(|f| f == "-") {
-        crate::say("--in-place: needs files or folders, not stdin (-)");
+    if (req.in_place || req.diff) && files.iter().any(|f| f == "-") {
+        let flag = if req.diff { "--diff" } else { "--in-place" };
+        crate::say(&format!("{flag}: needs files or folders, not stdin (-)"));
         return 2;
     }
     let paths = match inputs(&files) {
@@ -194,7 +197,7 @@ pub fn run(req: &Request) -> i32 {
             }
         }
     }
-    let outcome = if req.in_place {
+    let outcome = if req.in_place || req.diff {
         in_place(req, &texts)
     } else {
         to_stdout(req, &texts)
@@ -263,7 +266,8 @@ impl Tally {
 }
 
 /// `--in-place`: every file transformed first, then written only when the
-/// run may be written.
+/// run may be written. `--diff`: the same, printed as a unified diff
+/// instead of written (a run that would write nothing prints nothing).
 fn in_place(req: &Request, texts: &[(&Input, String)]) -> Result<Tally, String> {
     let mut tally = Tally::default();
     let mut replaced = Vec::new();
@@ -271,14 +275,25 @@ fn in_place(req: &Request, texts: &[(&Input, String)]) -> Result<Tally, String> 
         let (new, entries) = stream::run_to_string(text, &req.options, &req.taught, None);
         tally.count(&input.shown.display().to_string(), &entries);
         if new != *text {
-            replaced.push((input, new));
+            replaced.push((input, text, new));
         }
     }
-    if tally.writable(req.allow_skip) {
-        for (input, new) in replaced {
+    if !tally.writable(req.allow_skip) {
+        return Ok(tally);
+    }
+    let mut stdout = std::io::stdout().lock();
+    for (input, old, new) in replaced {
+        if req.diff {
+            let path = input.shown.display().to_string();
+            let path = path.strip_prefix("./").unwrap_or(&path);
+            stdout
+                .write_all(crate::diff::unified(path, old, &new).as_bytes())
+                .map_err(|e| format!("stdout: {e}"))?;
+        } else {
             replace(&input.real, &new)?;
         }
     }
+    stdout.flush().map_err(|e| format!("stdout: {e}"))?;
     Ok(tally)
 }
 

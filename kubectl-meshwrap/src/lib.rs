@@ -10,6 +10,7 @@
 //! applied to its JSON before it is written.
 
 pub mod cli;
+pub mod diff;
 pub mod inject;
 pub mod krm;
 pub mod manifests;

@@ -19,6 +19,7 @@ fn main() {
             inject::run(&inject::Request {
                 files: args.files,
                 in_place: args.in_place,
+                diff: args.diff,
                 allow_skip: args.allow_skip,
                 options: args.shared.pod.options(),
                 taught: args.shared.template_paths,

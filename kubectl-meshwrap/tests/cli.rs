@@ -611,3 +611,59 @@ fn a_quoted_string_continued_at_its_keys_column_is_refused_saying_what_to_change
     assert!(run.stderr.contains("indent its lines past the key"), "{}", run.stderr);
     assert_eq!(run.stdout, "");
 }
+
+/// #36: `--diff` prints what `--in-place` would change as a unified diff,
+/// changes no file, and the diff, applied by git, gives exactly what
+/// `--in-place` writes. A run that would write nothing prints nothing.
+#[test]
+fn diff_shows_what_in_place_would_change_and_changes_nothing() {
+    let dir = temp_dir("diff");
+    std::fs::create_dir_all(dir.join("jobs")).unwrap();
+    std::fs::write(dir.join("jobs/job.yaml"), golden("job.in.yaml")).unwrap();
+    std::fs::write(dir.join("jobs/tf.yaml"), golden("tfjob.in.yaml")).unwrap();
+    let run = run_in(
+        Some(&dir),
+        &["inject", "--image", IMAGE, "--diff", "-f", "jobs"],
+        "",
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.starts_with("--- a/jobs/job.yaml\n+++ b/jobs/job.yaml\n@@ "),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("--- a/jobs/tf.yaml\n"), "{}", run.stdout);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("jobs/job.yaml")).unwrap(),
+        golden("job.in.yaml")
+    );
+    std::fs::write(dir.join("change.patch"), &run.stdout).unwrap();
+    let applied = std::process::Command::new("git")
+        .args(["apply", "change.patch"])
+        .current_dir(&dir)
+        .output()
+        .expect("git");
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("jobs/job.yaml")).unwrap(),
+        golden("job.out.yaml")
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("jobs/tf.yaml")).unwrap(),
+        golden("tfjob.out.yaml")
+    );
+    // A skip: nothing would be written, so nothing is shown.
+    let skipped = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: s}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n        - {name: a, image: b}\n";
+    std::fs::write(dir.join("skip.yaml"), skipped).unwrap();
+    let run = run_in(
+        Some(&dir),
+        &["inject", "--image", IMAGE, "--diff", "-f", "skip.yaml"],
+        "",
+        &[],
+    );
+    assert_eq!((run.code, run.stdout.as_str()), (1, ""), "{}", run.stderr);
+    let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "--diff", "-f", "-"], "");
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("--diff: needs files or folders, not stdin (-)"));
+}
