@@ -84,7 +84,7 @@ pub struct Shared {
 #[derive(Args, Debug, Clone)]
 pub struct PodOptions {
     /// The meshwrap image (required by inject; the meshwrap.io/image annotation overrides it per pod)
-    #[arg(long, value_name = "IMAGE", env = "MESHWRAP_IMAGE")]
+    #[arg(long, value_name = "IMAGE", env = "MESHWRAP_IMAGE", value_parser = image)]
     pub image: Option<String>,
     /// As meshwrap's --sidecar: auto, a preset (istio, linkerd, ...), none, NAME=HOST:PORT or
     /// NAME=HOST:PORT/HOST:PORT; repeatable, and the variable takes a comma-separated list
@@ -347,6 +347,11 @@ fn percent(s: &str) -> Result<u8, String> {
         Some(Ok(n)) if (1..=100).contains(&n) => Ok(n),
         _ => Err("a percentage from 1% to 100%, such as 25%".into()),
     }
+}
+
+/// An image reference runtimes can pull (`crate::image_reference`).
+pub(crate) fn image(s: &str) -> Result<String, String> {
+    crate::image_reference(s).map(|()| s.to_string())
 }
 
 pub(crate) fn sidecar(s: &str) -> Result<String, String> {

@@ -80,6 +80,7 @@ fn options(list: &Value, flags: &Options) -> Result<(Options, bool), String> {
     };
     let mut opts = flags.clone();
     if let Some(image) = field("image") {
+        crate::image_reference(&image).map_err(|why| format!("functionConfig: image {why}"))?;
         opts.image = image;
     }
     if opts.image.is_empty() {

@@ -791,6 +791,10 @@ fn settings(pod: &Pod, opts: &Options) -> Result<(String, Option<String>), Outco
             format!("{IMAGE} is empty: it names the meshwrap image, e.g. registry.example.com/meshwrap:0.1.0"),
         ));
     }
+    // A pod whose image no runtime can pull never starts: not wrapped so.
+    if let Err(why) = crate::image_reference(&image) {
+        return Err(skip("bad-annotation", format!("{IMAGE}: {why}")));
+    }
     let timeout = pod.annotation(TIMEOUT).map(str::to_string).or(opts.timeout.clone());
     if let Some(t) = &timeout
         && meshwrap::duration::parse(t).is_none()

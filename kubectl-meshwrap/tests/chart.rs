@@ -477,6 +477,13 @@ fn bad_values_are_refused_with_what_they_accept() {
         (json!({"inject": {"quitPolicy": "sometimes"}}), "/inject/quitPolicy"),
         (json!({"inject": {"timeout": "ten minutes"}}), "/inject/timeout"),
         (json!({"inject": {"runAsUser": "root"}}), "/inject/runAsUser"),
+        // What the webhook refuses at start (MESHWRAP_SIDECAR, MESHWRAP_IMAGE):
+        // a crash-looping webhook refuses every pod under failurePolicy Fail.
+        (json!({"inject": {"sidecar": "istoi"}}), "/inject/sidecar"),
+        (
+            json!({"inject": {"image": "Registry.Example.com/Mesh Wrap:0.1"}}),
+            "/inject/image",
+        ),
         (
             json!({"admission": {"failurePolicy": "Retry"}}),
             "/admission/failurePolicy",

@@ -667,3 +667,51 @@ fn diff_shows_what_in_place_would_change_and_changes_nothing() {
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("--diff: needs files or folders, not stdin (-)"));
 }
+
+/// #36: an image no runtime can pull, or a sidecar that is no preset, is
+/// one line naming the flag at start (the webhook would otherwise run and
+/// make pods that never start), per pod as the annotation's skip, and in
+/// the KRM function's config.
+#[test]
+fn an_image_that_is_no_reference_is_refused_by_name_everywhere() {
+    let bad = "Registry.Example.com/Mesh Wrap:0.1";
+    for args in [
+        vec!["inject", "--image", bad, "-f", "-"],
+        vec!["webhook", "--image", bad, "--tls-cert", "/x", "--tls-key", "/x"],
+    ] {
+        let run = kubectl_meshwrap(&args, "");
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr.contains("for '--image <IMAGE>'") && run.stderr.contains("is not an image reference"),
+            "{}",
+            run.stderr
+        );
+    }
+    let run = run_in(
+        None,
+        &["webhook", "--tls-cert", "/x", "--tls-key", "/x"],
+        "",
+        &[("MESHWRAP_IMAGE", bad)],
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let job = format!(
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: x}}\nspec:\n  template:\n    metadata:\n      annotations: {{meshwrap.io/image: \"{bad}\"}}\n    spec:\n      restartPolicy: Never\n      containers:\n        - {{name: a, image: b, command: [c]}}\n"
+    );
+    let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "-f", "-"], &job);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr
+            .contains("skipped: meshwrap.io/image: \"Registry.Example.com/Mesh Wrap:0.1\" is not an image reference"),
+        "{}",
+        run.stderr
+    );
+    let list = RESOURCE_LIST.replace("registry.example.com/meshwrap:0.1.0", bad);
+    let run = kubectl_meshwrap(&["fn"], &list);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr
+            .contains("functionConfig: image \"Registry.Example.com/Mesh Wrap:0.1\" is not an image reference"),
+        "{}",
+        run.stderr
+    );
+}
