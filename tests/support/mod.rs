@@ -4,6 +4,7 @@
 
 pub mod command;
 pub mod dns;
+pub mod envoy;
 pub mod pod;
 pub mod sidecar;
 
