@@ -13,6 +13,7 @@ mod exec;
 mod exit_status;
 mod guard;
 mod install;
+mod istio;
 mod pid1;
 mod pod;
 mod presets;

@@ -5,6 +5,7 @@
 pub mod command;
 pub mod dns;
 pub mod envoy;
+pub mod istio;
 pub mod pod;
 pub mod sidecar;
 
