@@ -275,6 +275,12 @@ fn stand_in_wait(split: bool, span: Duration) -> (f64, usize, usize) {
     (ms(cpu), polls, sidecar.connections.load(Ordering::SeqCst) as usize)
 }
 
+/// The 1-minute load average, as /proc/loadavg has it.
+fn load_average() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split(' ').next().unwrap_or("n/a").to_string()
+}
+
 /// The median round by CPU.
 fn median_of(mut runs: Vec<(f64, usize, usize)>) -> (f64, usize, usize) {
     runs.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -295,6 +301,7 @@ impl Bench {
             let text = String::from_utf8_lossy(&o.stdout).into_owned();
             text.split("version: ").nth(1).unwrap_or("").trim().to_string()
         });
+        let load_before = load_average();
         let n = if self.quick { 3 } else { 30 };
         let mut seed = now_ns() | 1;
         let fast = latencies(&bin, "fast", n, &mut seed);
@@ -328,6 +335,7 @@ impl Bench {
                 self.judged(sample.median() <= bound),
             );
         }
+        let own_cpu = median_of(own.clone()).0;
         for (name, runs) in [
             ("the real Envoy (chunked answers)", envoy),
             ("a stand-in writing head and body apart", split),
@@ -336,7 +344,11 @@ impl Bench {
             let (cpu, polls, connections) = median_of(runs);
             row(
                 format!("CPU over a {secs} s wait, fast schedule, 503-answering: {name}"),
-                format!("{} ms, {polls} polls on {connections} connection(s)", fmt(cpu)),
+                format!(
+                    "{} ms ({:.2}x the project's stand-in's), {polls} polls on {connections} connection(s)",
+                    fmt(cpu),
+                    cpu / own_cpu
+                ),
                 "<= 20 ms, 1 connection",
                 self.judged(cpu <= 20.0 && connections == 1),
             );
@@ -350,6 +362,10 @@ impl Bench {
         );
         md += "- latency: from the epoch stamp of Envoy's own \"all dependencies initialized\" line (the moment its init completes and /ready turns 200) to the command's first instruction on the same clock (CLOCK_REALTIME)\n";
         md += "- CPU: meshwrap's (user + system, from wait4) over a wait that times out, the median of three rounds, each measuring the three sidecars in turn; polls and connections as each sidecar counted them (Envoy's from its admin access log: distinct source ports)\n";
+        md += &format!(
+            "- the machine's load average (1 min) at the section's start and end: {load_before} / {}; other work on the machine raises every CPU figure alike, the ratios to the project's stand-in less\n",
+            load_average()
+        );
         md += END;
         md += "\n";
         *self.envoy_md.lock().unwrap() = Some(md);
