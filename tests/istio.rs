@@ -10,6 +10,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::support::Stream;
 use crate::support::istio::{self, DATASET_BYTES, IstioPod};
 use crate::support::pod::{self, Phase, STUCK_AFTER};
 
@@ -27,6 +28,14 @@ fn wrapped_download_succeeds(pod: &IstioPod, mode: &str) -> crate::support::Runn
     let mut app = pod.app(Some(&["--log-level", "debug"]));
     app.wait_stderr("sidecar not ready yet");
     let mut proxy = pod.proxy(mode);
+    let started = proxy.wait_for(Stream::Stdout, "agent: started Envoy, pid ", false);
+    let pid = started.rsplit(' ').next().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap_or_default();
+    assert!(
+        uid.split_whitespace().skip(1).all(|id| id == "1337"),
+        "Envoy runs as uid 1337: {uid}"
+    );
     let app = app.finish();
     app.assert_code(0).assert_stderr_has("sidecar quit");
     app.check(
