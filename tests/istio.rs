@@ -14,6 +14,23 @@ use crate::support::Stream;
 use crate::support::istio::{self, DATASET_BYTES, IstioPod};
 use crate::support::pod::{self, Phase, STUCK_AFTER};
 
+/// The `Uid:` line of Envoy's /proc status, once setpriv (which sets the
+/// ids, then execs Envoy in the same process) has become Envoy. Envoy lives
+/// at least until it is LIVE, a second later, so this is bounded.
+fn envoy_uid(pid: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() != "envoy") {
+        assert!(Instant::now() < deadline, "pid {pid} never became Envoy");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// The pod's run: the download refused before the proxy starts, then the
 /// wrapped download through it; returns the proxy container, quit.
 fn wrapped_download_succeeds(pod: &IstioPod, mode: &str) -> crate::support::Running {
@@ -29,11 +46,9 @@ fn wrapped_download_succeeds(pod: &IstioPod, mode: &str) -> crate::support::Runn
     app.wait_stderr("sidecar not ready yet");
     let mut proxy = pod.proxy(mode);
     let started = proxy.wait_for(Stream::Stdout, "agent: started Envoy, pid ", false);
-    let pid = started.rsplit(' ').next().unwrap();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap_or_default();
+    let uid = envoy_uid(started.rsplit(' ').next().unwrap());
     assert!(
-        uid.split_whitespace().skip(1).all(|id| id == "1337"),
+        uid.starts_with("Uid:") && uid.split_whitespace().skip(1).all(|id| id == "1337"),
         "Envoy runs as uid 1337: {uid}"
     );
     let app = app.finish();
