@@ -18,6 +18,12 @@
 //! outside this repository); without it the peer rows say so and frugal is
 //! judged against the peer's figures from an earlier run.
 //!
+//! The `envoy` section measures readiness against the real Envoy 1.40.0
+//! (benches/lifecycle/envoy.rs): latency from Envoy's own "all dependencies
+//! initialized" stamp to the command's start, and CPU over a 5 s wait beside
+//! two stand-ins; `--only envoy` runs it alone and writes its block of
+//! BENCHMARKS.md in place.
+//!
 //! A poll's CPU is judged against its floor, measured in the same run by
 //! this binary's own bare loop on the same schedule (`--helper sleeps` and
 //! `--helper requests`); callgrind and strace, when installed, count its
@@ -35,8 +41,14 @@ use std::time::Duration;
 /// writes its section of BENCHMARKS.md.
 const INJECT_MARKER: &str = "<!-- kubectl-meshwrap inject benchmark -->";
 
+/// The first line of benches/LIMITS.md, which the lifecycle section ends with.
+const LIMITS_HEADING: &str = "## What limits each figure";
+
 #[path = "../examples/common/http.rs"]
 mod http;
+
+#[path = "lifecycle/envoy.rs"]
+mod envoy;
 
 fn now_ns() -> u64 {
     // SAFETY: an all-zero timespec is valid; clock_gettime writes one timespec.
@@ -90,6 +102,9 @@ fn helper(mode: &str) -> ! {
             say(format!("start {start}"));
             say(format!("exit {}", now_ns()));
         }
+        // Readiness against the real Envoy: the first instruction on the
+        // wall clock, which Envoy's log stamps are on.
+        "realtime" => say(format!("start {}", envoy::realtime_ns())),
         // Signal latency: the moment SIGTERM is taken.
         "signal" => {
             let set = blocked(&[libc::SIGTERM]);
@@ -168,7 +183,12 @@ struct Sidecar {
     /// refused) until `listen`: nothing else can take the port meanwhile.
     reserved: Mutex<Option<std::os::fd::OwnedFd>>,
     ready: Arc<AtomicBool>,
+    /// Writes each answer's head and body apart, 2 ms between, as Python's
+    /// http.server does (set before `listen`).
+    split: Arc<AtomicBool>,
     requests: Arc<AtomicU64>,
+    /// Connections accepted.
+    connections: Arc<AtomicU64>,
     quit_at: Arc<Mutex<Vec<u64>>>,
     listening: Mutex<Option<(Arc<AtomicBool>, thread::JoinHandle<()>)>>,
 }
@@ -187,7 +207,9 @@ impl Sidecar {
             port,
             reserved: Mutex::new(Some(reserved)),
             ready: Arc::new(AtomicBool::new(false)),
+            split: Arc::new(AtomicBool::new(false)),
             requests: Arc::new(AtomicU64::new(0)),
+            connections: Arc::new(AtomicU64::new(0)),
             quit_at: Arc::new(Mutex::new(Vec::new())),
             listening: Mutex::new(None),
         }
@@ -228,6 +250,7 @@ impl Sidecar {
         for _ in 0..4 {
             let connections = connections.clone();
             let (ready, requests, quit_at) = (self.ready.clone(), self.requests.clone(), self.quit_at.clone());
+            let split = self.split.load(Ordering::SeqCst);
             thread::spawn(move || {
                 loop {
                     let Ok(mut conn) = connections.lock().unwrap().recv() else {
@@ -249,13 +272,23 @@ impl Sidecar {
                         } else {
                             "503 Service Unavailable"
                         };
-                        http::respond_with(&mut conn, status, b"", false);
+                        if split {
+                            let body = b"not ready";
+                            let _ = conn.set_nodelay(true);
+                            let _ = conn.write_all(http::head(status, body.len(), false).as_bytes());
+                            thread::sleep(Duration::from_millis(2));
+                            let _ = conn.write_all(body);
+                        } else {
+                            http::respond_with(&mut conn, status, b"", false);
+                        }
                     }
                 }
             });
         }
+        let connections = self.connections.clone();
         let handle = thread::spawn(move || {
             for conn in listener.incoming() {
+                connections.fetch_add(1, Ordering::SeqCst);
                 if stop.load(Ordering::SeqCst) {
                     return;
                 }
@@ -628,6 +661,8 @@ struct Bench {
     has_baseline: bool,
     rows: Mutex<Vec<Row>>,
     notes: Mutex<Vec<String>>,
+    /// The real Envoy's block of BENCHMARKS.md (benches/lifecycle/envoy.rs).
+    envoy_md: Mutex<Option<String>>,
 }
 
 impl Bench {
@@ -646,6 +681,7 @@ impl Bench {
             has_baseline: has("bash") && has("curl"),
             rows: Mutex::new(Vec::new()),
             notes: Mutex::new(Vec::new()),
+            envoy_md: Mutex::new(None),
         }
     }
 
@@ -689,7 +725,7 @@ impl Bench {
                 .trim_start_matches('/')
         ));
         let wanted = |section: &str| self.only.as_deref().is_none_or(|only| only == section);
-        let sections: [(&str, &dyn Fn()); 9] = [
+        let sections: [(&str, &dyn Fn()); 10] = [
             ("startup", &|| self.startup()),
             ("quit", &|| self.quit()),
             ("signal", &|| self.signal()),
@@ -699,6 +735,7 @@ impl Bench {
             ("flood", &|| self.flood()),
             ("guard", &|| self.guard()),
             ("size", &|| self.binary_size()),
+            ("envoy", &|| self.real_envoy()),
         ];
         let readiness = wanted("readiness").then(|| self.readiness());
         let schedules = if wanted("schedules") { self.schedules() } else { None };
@@ -1529,6 +1566,19 @@ impl Bench {
             md += &format!("- {n}\n");
         }
         println!("\n{md}");
+        let root = env!("CARGO_MANIFEST_DIR");
+        let envoy_md = self.envoy_md.lock().unwrap().clone();
+        if let Some(block) = &envoy_md {
+            println!("{block}");
+        }
+        // `--only envoy` writes the real Envoy's block alone, in place.
+        if let (Some("envoy"), false, Some(block)) = (self.only.as_deref(), self.quick, &envoy_md) {
+            let path = format!("{root}/BENCHMARKS.md");
+            let old = std::fs::read_to_string(&path).unwrap_or_default();
+            std::fs::write(&path, envoy::splice(&old, block, LIMITS_HEADING)).unwrap();
+            println!("(--only envoy: its block of BENCHMARKS.md written)");
+            return;
+        }
         let (Some(readiness), Some(schedules)) = (readiness, schedules) else {
             println!("(--quick or --only: BENCHMARKS.md and the plots are not written)");
             return;
@@ -1536,7 +1586,6 @@ impl Bench {
         if self.quick || self.only.is_some() {
             return;
         }
-        let root = env!("CARGO_MANIFEST_DIR");
         let explained = std::fs::read_to_string(format!("{root}/benches/LIMITS.md")).unwrap_or_default();
         // kubectl-meshwrap's benchmark owns what follows its marker: keep it.
         let inject = std::fs::read_to_string(format!("{root}/BENCHMARKS.md"))
@@ -1548,7 +1597,18 @@ impl Bench {
         } else {
             format!("\n{inject}")
         };
-        std::fs::write(format!("{root}/BENCHMARKS.md"), md + "\n" + &explained + &inject).unwrap();
+        // The real Envoy's block: this run's, or the last one's when Envoy was missing.
+        let old = std::fs::read_to_string(format!("{root}/BENCHMARKS.md")).unwrap_or_default();
+        let envoy_block = envoy_md.or_else(|| {
+            let (from, to) = (old.find(envoy::MARKER)?, old.find(envoy::END)? + envoy::END.len());
+            Some(format!("{}\n", &old[from..to]))
+        });
+        let envoy_block = envoy_block.map_or(String::new(), |b| b + "\n");
+        std::fs::write(
+            format!("{root}/BENCHMARKS.md"),
+            md + "\n" + &envoy_block + &explained + &inject,
+        )
+        .unwrap();
         let mut all: Vec<(String, &Sample, &str, bool)> = Vec::new();
         for ((window, refused, answering), color) in readiness.windows.iter().zip(["#2e9e4f", "#1f6fd0", "#8a4fbf"]) {
             all.push((

@@ -4,6 +4,8 @@
 
 pub mod command;
 pub mod dns;
+pub mod envoy;
+pub mod istio;
 pub mod oci;
 pub mod pod;
 pub mod seccomp;
