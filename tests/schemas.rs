@@ -379,7 +379,7 @@ fn pod_templates(doc: &Value, out: &mut Vec<Value>) {
 /// Goldens whose input is, by design, something this test's reader cannot
 /// take as kubectl does, or the API server would refuse: they test how
 /// inject reads odd input, and inject leaves the odd part as it is.
-const NOT_API_OBJECTS: [(&str, &str); 4] = [
+const NOT_API_OBJECTS: [(&str, &str); 5] = [
     (
         "yaml11-booleans",
         "YAML 1.1 booleans (yes, Off, Y): kubectl's reader takes them, this YAML 1.2 one reads strings",
@@ -395,6 +395,10 @@ const NOT_API_OBJECTS: [(&str, &str); 4] = [
     (
         "not-an-object",
         "a YAML sequence where an object belongs, reported and left by inject",
+    ),
+    (
+        "helm-action",
+        "an unrendered Helm action YAML reads as a mapping: no API object until Helm renders it; left by inject",
     ),
 ];
 
