@@ -211,17 +211,7 @@ fn without_runtime(
         error = &error.to_string()
     );
     let code = match &child {
-        Ok(child) => {
-            let status = child.supervise_blocking(config.forward_to, signals);
-            log!(
-                Info,
-                "command ended",
-                status = &status.describe(),
-                code = status.exit_code(),
-                ms = started.elapsed().as_millis()
-            );
-            status.exit_code()
-        }
+        Ok(child) => ended(child.supervise_blocking(config.forward_to, signals), started),
         Err(code) => *code,
     };
     // The signalfd's descriptor goes first: at RLIMIT_NOFILE, the
@@ -712,7 +702,11 @@ fn spawn_command(config: &Config) -> Result<supervise::Child, u8> {
 
 /// Supervises the started command; returns meshwrap's exit code for it.
 async fn supervise_command(config: &Config, child: &supervise::Child, signals: &mut Signals, started: Instant) -> u8 {
-    let status = child.supervise(config.forward_to, signals).await;
+    ended(child.supervise(config.forward_to, signals).await, started)
+}
+
+/// Logs how the command ended; meshwrap's exit code for it.
+fn ended(status: supervise::Status, started: Instant) -> u8 {
     log!(
         Info,
         "command ended",

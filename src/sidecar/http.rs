@@ -398,15 +398,8 @@ pub fn request_blocking(
         .map_err(|e| unsent(e.into()))?;
     let mut buf = Vec::new();
     loop {
-        if let Some(head) = parse_head(&buf)? {
-            if head.interim() {
-                buf.drain(..head.len);
-                continue;
-            }
-            return Ok(head.status);
-        }
-        if buf.len() >= MAX_HEAD {
-            return Err(Failure::Garbage(format!("a response head over {MAX_HEAD} bytes")));
+        if let Some(status) = final_status(&mut buf)? {
+            return Ok(status);
         }
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
@@ -461,15 +454,8 @@ struct Response {
 async fn read_response(stream: &TcpStream) -> Result<Response, Failure> {
     let mut buf = Vec::new();
     loop {
-        if let Some(head) = parse_head(&buf)? {
-            if head.interim() {
-                buf.drain(..head.len);
-                continue;
-            }
-            return Ok(Response { status: head.status });
-        }
-        if buf.len() >= MAX_HEAD {
-            return Err(Failure::Garbage(format!("a response head over {MAX_HEAD} bytes")));
+        if let Some(status) = final_status(&mut buf)? {
+            return Ok(Response { status });
         }
         stream.readable().await?;
         if read_some(stream, &mut buf)? == Some(0) {
@@ -503,6 +489,22 @@ fn read_some(stream: &TcpStream, buf: &mut Vec<u8>) -> Result<Option<usize>, Fai
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The final answer's status once its head is in `buf` (interim 1xx heads
+/// dropped from it), `None` while more is needed; garbage, or a head over
+/// [`MAX_HEAD`], is a failure.
+fn final_status(buf: &mut Vec<u8>) -> Result<Option<u16>, Failure> {
+    while let Some(head) = parse_head(buf)? {
+        if !head.interim() {
+            return Ok(Some(head.status));
+        }
+        buf.drain(..head.len);
+    }
+    if buf.len() >= MAX_HEAD {
+        return Err(Failure::Garbage(format!("a response head over {MAX_HEAD} bytes")));
+    }
+    Ok(None)
 }
 
 /// A response head, as far as meshwrap reads it.

@@ -72,14 +72,8 @@ impl Child {
     pub async fn supervise(&self, forward_to: ForwardTo, signals: &mut Signals) -> Status {
         loop {
             // Reap first: the command may have exited before this loop ran.
-            let (found, orphans) = reaper::reap(Some(self.pid));
-            if orphans > 0 {
-                log!(Debug, "reaped orphaned processes", count = orphans);
-            }
-            match found {
-                Some(Watched::Ended(raw)) => return Status::from_wait(raw),
-                Some(Watched::Stopped(sig)) => self.stopped(sig),
-                None => {}
+            if let Some(status) = self.reap_pass() {
+                return status;
             }
             let mut sig = signals.recv().await;
             while sig != libc::SIGCHLD {
@@ -94,14 +88,8 @@ impl Child {
     /// the signalfd. (A stop by the terminal is handled the same way.)
     pub fn supervise_blocking(&self, forward_to: ForwardTo, signals: &mut Signals) -> Status {
         loop {
-            let (found, orphans) = reaper::reap(Some(self.pid));
-            if orphans > 0 {
-                log!(Debug, "reaped orphaned processes", count = orphans);
-            }
-            match found {
-                Some(Watched::Ended(raw)) => return Status::from_wait(raw),
-                Some(Watched::Stopped(sig)) => self.stopped(sig),
-                None => {}
+            if let Some(status) = self.reap_pass() {
+                return status;
             }
             loop {
                 match signals.try_recv() {
@@ -110,6 +98,23 @@ impl Child {
                     None => signals::sleep_until_readable(signals.poll_fd()),
                 }
             }
+        }
+    }
+
+    /// One reap pass: the command's status once it has ended (a stop is
+    /// handled here), orphans collected either way.
+    fn reap_pass(&self) -> Option<Status> {
+        let (found, orphans) = reaper::reap(Some(self.pid));
+        if orphans > 0 {
+            log!(Debug, "reaped orphaned processes", count = orphans);
+        }
+        match found {
+            Some(Watched::Ended(raw)) => Some(Status::from_wait(raw)),
+            Some(Watched::Stopped(sig)) => {
+                self.stopped(sig);
+                None
+            }
+            None => None,
         }
     }
 
