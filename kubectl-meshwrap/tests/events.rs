@@ -140,7 +140,11 @@ fn definitions() -> Value {
             _ => {}
         }
     }
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../schemas/k8s/swagger-release-1.36.json");
+    // Upstream files stay out of the project: ../shared, beside the checkout.
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/k8s-schemas/k8s/swagger-release-1.36.json"
+    );
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let mut all: Value = serde_json::from_str(&text).unwrap();
     let mut definitions = all["definitions"].take();
@@ -154,7 +158,21 @@ fn definitions() -> Value {
     definitions
 }
 
+/// The errors of `doc` against the upstream schema. Without
+/// ../shared/k8s-schemas beside the checkout: a failure in CI (CI or
+/// POD_TESTS_REQUIRED set), elsewhere one line and no schema check (the
+/// test's other checks still run).
 fn schema_errors(definition: &str, doc: &Value) -> Vec<String> {
+    let shared = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/k8s-schemas");
+    if !std::path::Path::new(shared).is_dir() {
+        let required = std::env::var_os("CI").is_some() || std::env::var_os("POD_TESTS_REQUIRED").is_some();
+        assert!(
+            !required,
+            "{shared} is missing (CI has it): the Event schema check cannot run"
+        );
+        println!("skipped the {definition} schema check: {shared} is missing (CI has it)");
+        return Vec::new();
+    }
     let schema = json!({"$ref": format!("#/definitions/{definition}"), "definitions": definitions()});
     let validator = jsonschema::options()
         .with_draft(jsonschema::Draft::Draft4)
