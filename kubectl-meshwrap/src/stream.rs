@@ -348,21 +348,11 @@ fn why_uneditable(d: &Doc, unit: &Unit, edits: &[edit::Edit], working: &Value) -
 /// The line of a block scalar (`|`, `>`) that ends `text` with no line
 /// break after it, if one does: nothing can be added after it losslessly.
 fn last_block_scalar_unbroken(text: &str, node: &tree::Node) -> Option<usize> {
-    if text.ends_with(['\n', '\r']) {
-        return None;
-    }
     let last = match &node.kind {
         tree::Kind::Map(pairs) => pairs.last().map(|(_, v)| v),
         tree::Kind::Seq(items) => items.last(),
         tree::Kind::Scalar { style, .. } => {
-            let block = matches!(
-                style,
-                saphyr_parser::ScalarStyle::Literal | saphyr_parser::ScalarStyle::Folded
-            );
-            let at_end = text
-                .get(node.end..)
-                .is_some_and(|r| r.trim_matches([' ', '\t']).is_empty());
-            return (block && at_end).then(|| line_of(text, node.start));
+            return tree::block_scalar_ends_input_unbroken(text, node.end, *style).then(|| line_of(text, node.start));
         }
         tree::Kind::Alias => None,
     };

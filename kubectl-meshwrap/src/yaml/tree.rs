@@ -140,16 +140,23 @@ pub fn parse_each<'a>(text: &'a str, each: impl FnMut(Document<'a>)) -> Option<P
 /// the input does not, and an edit that adds a line after the scalar (and
 /// so gives it its break) would read back as unchanged.
 fn unbroken_at_end<'a>(input: &str, end: usize, value: Cow<'a, str>, style: ScalarStyle) -> Cow<'a, str> {
-    let block = matches!(style, ScalarStyle::Literal | ScalarStyle::Folded);
-    let at_end = input
-        .get(end..)
-        .is_some_and(|rest| rest.trim_matches([' ', '\t']).is_empty());
-    if block && at_end && !input.ends_with(['\n', '\r']) && value.ends_with('\n') {
+    if block_scalar_ends_input_unbroken(input, end, style) && value.ends_with('\n') {
         let mut value = value.into_owned();
         value.pop();
         return Cow::Owned(value);
     }
     value
+}
+
+/// A block scalar (`|`, `>`) of this `style` ending at byte `end` is the
+/// last thing in `input`, with no line break after it: nothing can follow
+/// it losslessly (`stream` refuses an edit there).
+pub fn block_scalar_ends_input_unbroken(input: &str, end: usize, style: ScalarStyle) -> bool {
+    matches!(style, ScalarStyle::Literal | ScalarStyle::Folded)
+        && !input.ends_with(['\n', '\r'])
+        && input
+            .get(end..)
+            .is_some_and(|rest| rest.trim_matches([' ', '\t']).is_empty())
 }
 
 /// Read before a JSON value: tells saphyr the value cannot be a mapping key
