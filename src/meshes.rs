@@ -303,6 +303,18 @@ pub struct Mesh {
     pub endpoints_source: Source,
     pub movers: &'static [Mover],
     pub argo_kill: Option<ArgoKill>,
+    /// What on a namespace turns the mesh on for every pod in it: what a
+    /// manifest cannot show offline, and the webhook can read.
+    pub by_namespace: &'static [NamespaceRule],
+}
+
+/// A namespace's label or annotation that turns a mesh's injection on for
+/// its pods (a pod's own opt-out still wins: `opt_in`).
+#[derive(Debug)]
+pub struct NamespaceRule {
+    pub key: Key,
+    pub parser: Parser,
+    pub source: Source,
 }
 
 pub const ISTIO: Mesh = Mesh {
@@ -386,7 +398,27 @@ pub const ISTIO: Mesh = Mesh {
         needs_quit_switch: false,
         sources: &[src("argoproj/argo-workflows", "docs/sidecar-injection.md", "v3.6.0")],
     }),
+    // The injector's namespaceSelectors: `istio-injection: enabled`, or
+    // `istio.io/rev` (any revision, the label `istio-injection` absent).
+    by_namespace: &[
+        NamespaceRule {
+            key: label("istio-injection"),
+            parser: Parser::Exact("enabled"),
+            source: ISTIO_NAMESPACE_SELECTOR,
+        },
+        NamespaceRule {
+            key: label("istio.io/rev"),
+            parser: Parser::Present,
+            source: ISTIO_NAMESPACE_SELECTOR,
+        },
+    ],
 };
+
+const ISTIO_NAMESPACE_SELECTOR: Source = src(
+    "istio/istio",
+    "manifests/charts/istio-control/istio-discovery/templates/mutatingwebhook.yaml (namespaceSelector)",
+    "1.30.3",
+);
 
 const LINKERD_STABLE: Key = ann("config.linkerd.io/proxy-enable-native-sidecar");
 const LINKERD_BETA: Key = ann("config.beta.linkerd.io/proxy-enable-native-sidecar");
@@ -511,6 +543,17 @@ pub const LINKERD: Mesh = Mesh {
             ),
         ],
     }),
+    // The webhook injects a pod whose namespace has `linkerd.io/inject:
+    // enabled` (or `ingress`) unless the pod says `disabled`.
+    by_namespace: &[NamespaceRule {
+        key: ann("linkerd.io/inject"),
+        parser: Parser::LinkerdInject,
+        source: src(
+            "linkerd/linkerd2",
+            "pkg/inject/report.go (disabledByAnnotation, nsAnnotations)",
+            "version-2.20",
+        ),
+    }],
 };
 
 pub const VAULT: Mesh = Mesh {
@@ -576,6 +619,9 @@ pub const VAULT: Mesh = Mesh {
         ),
     }],
     argo_kill: None,
+    // Only the pod's own `agent-inject` turns the agent on, whatever its
+    // namespace (agent-inject/agent/agent.go ShouldInject, v1.7.6).
+    by_namespace: &[],
 };
 
 pub const DAPR: Mesh = Mesh {
@@ -640,6 +686,9 @@ pub const DAPR: Mesh = Mesh {
     ),
     movers: &[],
     argo_kill: None,
+    // Only the pod's own `dapr.io/enabled` turns daprd on
+    // (pkg/injector/patcher/sidecar.go Enabled, v1.18.3).
+    by_namespace: &[],
 };
 
 pub const CLOUDSQL: Mesh = Mesh {
@@ -658,6 +707,8 @@ pub const CLOUDSQL: Mesh = Mesh {
     endpoints_source: src("GoogleCloudPlatform/cloud-sql-proxy", "cmd/root.go", "v2.25.3"),
     movers: &[],
     argo_kill: None,
+    // Not injected: a container the spec declares.
+    by_namespace: &[],
 };
 
 /// Every mesh, in the order `--mesh`, `--sidecar auto` and reports use.
@@ -677,6 +728,14 @@ impl Mesh {
         self.mark
             .as_ref()
             .is_some_and(|m| get(m.key).is_some_and(|v| m.parser.read(v) == Read::On))
+    }
+
+    /// A namespace with these labels and annotations (`get`) injects the
+    /// mesh into its pods.
+    pub fn on_by_namespace(&self, get: Get) -> bool {
+        self.by_namespace
+            .iter()
+            .any(|r| get(r.key).is_some_and(|v| r.parser.read(v) == Read::On))
     }
 
     /// Whether the pod asks for the mesh (`Some(true)`: some version
@@ -910,6 +969,34 @@ mod tests {
     }
 
     use Read::{Off, On, Unset};
+
+    #[test]
+    fn a_namespace_turns_istio_on_by_its_injection_label_or_any_revision() {
+        let enabled = [(label("istio-injection"), "enabled")];
+        assert!(ISTIO.on_by_namespace(&pod(&enabled)));
+        assert!(ISTIO.on_by_namespace(&pod(&[(label("istio.io/rev"), "canary")])));
+        assert!(!ISTIO.on_by_namespace(&pod(&[(label("istio-injection"), "disabled")])));
+        assert!(!ISTIO.on_by_namespace(&pod(&[(ann("istio-injection"), "enabled")])));
+    }
+
+    #[test]
+    fn a_namespace_turns_linkerd_on_by_its_inject_annotation_enabled_or_ingress() {
+        for value in ["enabled", "ingress"] {
+            assert!(LINKERD.on_by_namespace(&pod(&[(ann("linkerd.io/inject"), value)])));
+        }
+        assert!(!LINKERD.on_by_namespace(&pod(&[(ann("linkerd.io/inject"), "true")])));
+        assert!(!LINKERD.on_by_namespace(&pod(&[(label("linkerd.io/inject"), "enabled")])));
+    }
+
+    #[test]
+    fn only_istio_and_linkerd_are_turned_on_by_a_namespace() {
+        let by_ns: Vec<&str> = MESHES
+            .iter()
+            .filter(|m| !m.by_namespace.is_empty())
+            .map(|m| m.name)
+            .collect();
+        assert_eq!(by_ns, ["istio", "linkerd"]);
+    }
 
     #[test]
     fn go_parse_bool_reads_1_t_true_any_of_three_cases_and_nothing_else() {

@@ -103,7 +103,8 @@ pub struct PodOptions {
           value_parser = ["init-container", "image-volume"])]
     pub delivery: String,
     /// The meshes the namespace injects, which a manifest cannot show: istio, linkerd, vault, dapr,
-    /// cloudsql, or auto (only what the pod template shows). Comma-separated
+    /// cloudsql, none (only what the pod template shows), or auto (not known: a pod that shows no
+    /// mesh also gets the switches of each mesh a namespace can turn on). Comma-separated
     #[arg(long, value_name = "MESH", env = "MESHWRAP_MESH", default_value = "auto", value_delimiter = ',',
           value_parser = mesh)]
     pub mesh: Vec<String>,
@@ -316,10 +317,10 @@ fn api_server(s: &str) -> Result<Endpoint, String> {
 }
 
 fn mesh(s: &str) -> Result<String, String> {
-    if s == "auto" || crate::mesh::Kind::parse(s).is_some() {
+    if s == "auto" || s == "none" || crate::mesh::Kind::parse(s).is_some() {
         Ok(s.to_string())
     } else {
-        Err("auto, istio, linkerd, vault, dapr or cloudsql".into())
+        Err("auto, none, istio, linkerd, vault, dapr or cloudsql".into())
     }
 }
 
@@ -377,6 +378,7 @@ impl PodOptions {
                 Delivery::InitContainer
             },
             meshes: self.mesh.iter().filter_map(|m| crate::mesh::Kind::parse(m)).collect(),
+            namespace_unseen: self.mesh.iter().all(|m| m == "auto"),
             native: crate::transform::Native::parse(&self.native).unwrap_or_default(),
             run_as_user: crate::transform::parse_run_as_user(&self.run_as_user)
                 .unwrap_or(Some(crate::transform::DEFAULT_UID)),

@@ -133,9 +133,11 @@ fn options(list: &Value, flags: &Options) -> Result<(Options, bool), String> {
 fn pod_fit(field: &dyn Fn(&str) -> Option<String>, opts: &mut Options) -> Result<(), String> {
     if let Some(meshes) = field("mesh") {
         opts.meshes.clear();
-        for name in meshes.split(',').map(str::trim).filter(|m| *m != "auto") {
+        let names: Vec<&str> = meshes.split(',').map(str::trim).collect();
+        opts.namespace_unseen = names.iter().all(|m| *m == "auto");
+        for name in names.into_iter().filter(|m| *m != "auto" && *m != "none") {
             let kind = crate::mesh::Kind::parse(name).ok_or_else(|| {
-                format!("functionConfig: mesh \"{name}\" is not auto, istio, linkerd, vault, dapr or cloudsql")
+                format!("functionConfig: mesh \"{name}\" is not auto, none, istio, linkerd, vault, dapr or cloudsql")
             })?;
             opts.meshes.push(kind);
         }

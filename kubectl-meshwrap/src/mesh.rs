@@ -75,13 +75,17 @@ pub struct Found {
     pub kind: Kind,
     /// Its proxy runs as a native sidecar (declared so, or by its switch).
     pub native: bool,
+    /// Not seen: a namespace that nobody named may turn it on
+    /// ([`unseen_namespace`]). It gets its switches, nothing more.
+    pub unseen: bool,
 }
 
 /// The meshes of this pod: asked for, already there, or named by `--mesh`
-/// (which a pod's own opt-out overrides).
-pub fn find(t: &Template, namespace_level: &[Kind]) -> Vec<Found> {
+/// (which a pod's own opt-out overrides); where the namespace is unseen,
+/// also those it may turn on.
+pub fn find(t: &Template, namespace_level: &[Kind], namespace_unseen: bool) -> Vec<Found> {
     let get = |key: Key| t.get(key);
-    KINDS
+    let mut found: Vec<Found> = KINDS
         .into_iter()
         .filter_map(|kind| {
             let asked = kind.facts().asks_for(&get);
@@ -90,7 +94,37 @@ pub fn find(t: &Template, namespace_level: &[Kind]) -> Vec<Found> {
             present.then(|| Found {
                 kind,
                 native: is_native(t, kind),
+                unseen: false,
             })
+        })
+        .collect();
+    if namespace_unseen {
+        found.extend(unseen_namespace(t, &found));
+    }
+    found
+}
+
+/// The meshes a namespace nobody named may turn on for this pod: each mesh
+/// a namespace can turn on (`by_namespace` in the table) that the pod
+/// neither opts out of nor shows. None where the pod already shows such a
+/// mesh: its author knows the mesh it runs in.
+///
+/// Fail safe: inject cannot see the namespace, and a quit switch that no
+/// proxy reads is inert, while a missing one is a Job that never completes
+/// (Linkerd's shutdown endpoint is off by default since 2.16).
+fn unseen_namespace(t: &Template, found: &[Found]) -> Vec<Found> {
+    let get = |key: Key| t.get(key);
+    let by_namespace = |kind: &Kind| !kind.facts().by_namespace.is_empty();
+    if found.iter().any(|f| by_namespace(&f.kind)) {
+        return Vec::new();
+    }
+    KINDS
+        .into_iter()
+        .filter(|kind| by_namespace(kind) && kind.facts().asks_for(&get).is_none())
+        .map(|kind| Found {
+            kind,
+            native: false,
+            unseen: true,
         })
         .collect()
 }
@@ -302,7 +336,57 @@ mod tests {
             containers: containers.as_array().unwrap(),
             init_containers: init.as_array().unwrap(),
         };
-        find(&t, ns).into_iter().map(|f| (f.kind, f.native)).collect()
+        find(&t, ns, false).into_iter().map(|f| (f.kind, f.native)).collect()
+    }
+
+    /// The meshes an unseen namespace adds: (kind, unseen).
+    fn unseen(annotations: Value, labels: Value, containers: Value) -> Vec<(Kind, bool)> {
+        let annotation = |k: &str| annotations.get(k).and_then(Value::as_str);
+        let label = |k: &str| labels.get(k).and_then(Value::as_str);
+        let t = Template {
+            annotation: &annotation,
+            label: &label,
+            containers: containers.as_array().unwrap(),
+            init_containers: &[],
+        };
+        find(&t, &[], true).into_iter().map(|f| (f.kind, f.unseen)).collect()
+    }
+
+    #[test]
+    fn an_unseen_namespace_may_turn_on_istio_and_linkerd_for_a_pod_that_shows_neither() {
+        let both = [(Kind::Istio, true), (Kind::Linkerd, true)];
+        assert_eq!(unseen(json!({}), json!({}), json!([])), both);
+        // Vault's agent and Dapr come only from the pod's own switch.
+        assert_eq!(
+            unseen(
+                json!({"vault.hashicorp.com/agent-inject": "true"}),
+                json!({}),
+                json!([])
+            ),
+            [(Kind::Vault, false), (Kind::Istio, true), (Kind::Linkerd, true)]
+        );
+    }
+
+    #[test]
+    fn an_unseen_namespace_adds_nothing_the_pod_opts_out_of_or_beside_a_mesh_it_shows() {
+        assert_eq!(
+            unseen(
+                json!({"linkerd.io/inject": "disabled"}),
+                json!({"sidecar.istio.io/inject": "false"}),
+                json!([])
+            ),
+            []
+        );
+        assert_eq!(
+            unseen(json!({"linkerd.io/inject": "disabled"}), json!({}), json!([])),
+            [(Kind::Istio, true)]
+        );
+        assert_eq!(
+            unseen(json!({}), json!({"sidecar.istio.io/inject": "true"}), json!([])),
+            [(Kind::Istio, false)]
+        );
+        let proxy = json!([{"name": "linkerd-proxy", "image": "cr.l5d.io/linkerd/proxy"}]);
+        assert_eq!(unseen(json!({}), json!({}), proxy), [(Kind::Linkerd, false)]);
     }
 
     fn by_annotations(annotations: Value) -> Vec<(Kind, bool)> {

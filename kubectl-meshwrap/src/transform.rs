@@ -132,6 +132,11 @@ pub struct Options {
     pub delivery: Delivery,
     /// `--mesh`: the meshes a namespace injects, which a manifest cannot show.
     pub meshes: Vec<Kind>,
+    /// `--mesh auto`: what the namespace injects is not known, so a pod that
+    /// shows no mesh a namespace can turn on gets every such mesh's switches
+    /// (inert where that mesh is absent). `--mesh NAMES` or `none` says what
+    /// the namespace injects.
+    pub namespace_unseen: bool,
     pub native: Native,
     /// The UID of what meshwrap adds; `None`: the platform assigns one.
     pub run_as_user: Option<u32>,
@@ -194,6 +199,7 @@ impl Default for Options {
             quit_policy: None,
             delivery: Delivery::InitContainer,
             meshes: Vec::new(),
+            namespace_unseen: true,
             native: Native::Off,
             run_as_user: Some(DEFAULT_UID),
             resources: parse_resources(DEFAULT_RESOURCES).unwrap_or_default(),
@@ -423,7 +429,13 @@ pub fn plan(doc: &Value, place: &Place, opts: &Options) -> Outcome {
 /// already there, or named by `--mesh`), by name, for a report.
 pub fn meshes_at(doc: &Value, place: &Place, opts: &Options) -> Vec<&'static str> {
     Pod::at(doc, place)
-        .map(|pod| meshes(&pod, opts).iter().map(|f| f.kind.facts().name).collect())
+        .map(|pod| {
+            meshes(&pod, opts)
+                .iter()
+                .filter(|f| !f.unseen)
+                .map(|f| f.kind.facts().name)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -431,7 +443,10 @@ fn decide<'a>(doc: &'a Value, place: &'a Place, opts: &Options) -> Result<(Pod<'
     let pod = Pod::at(doc, place)?;
     refusal(&pod)?;
     meshwrap_keys(&pod)?;
-    let found = meshes(&pod, opts);
+    let every = meshes(&pod, opts);
+    // What the pod shows decides; what an unseen namespace may add gets
+    // its switches only.
+    let found: Vec<Found> = every.iter().filter(|f| !f.unseen).copied().collect();
     let native_notes = native_instead(&pod, opts, &found)?;
     let candidates = candidates(&pod)?;
     already_wrapped(&candidates)?;
@@ -440,10 +455,10 @@ fn decide<'a>(doc: &'a Value, place: &'a Place, opts: &Options) -> Result<(Pod<'
     let (policy, no_quit) = quit_policy(&pod, &chosen, opts)?;
     let (image, timeout) = settings(&pod, opts)?;
     let fit = fit(&pod, opts)?;
-    let (mesh, cloudsql) = mesh(&pod, &found, opts, policy != "never")?;
+    let (mesh, cloudsql) = mesh(&pod, &every, opts, policy != "never")?;
     let guard = policy != "never" && !mesh.native_only;
     conflicts(&pod, &chosen)?;
-    let switches = switches(&pod, &found, policy != "never", cloudsql);
+    let switches = switches(&pod, &every, policy != "never", cloudsql);
     let podinfo = podinfo_volume(&chosen);
     let volumes = volumes(&pod, opts, &image, guard, &podinfo)?;
     Ok((
@@ -809,7 +824,9 @@ fn settings(pod: &Pod, opts: &Options) -> Result<(String, Option<String>), Outco
 
 /// The meshes of this pod, from its template and `--mesh`.
 fn meshes(pod: &Pod, opts: &Options) -> Vec<Found> {
-    with_template(pod, |template| mesh::find(template, &opts.meshes))
+    with_template(pod, |template| {
+        mesh::find(template, &opts.meshes, opts.namespace_unseen)
+    })
 }
 
 /// Runs `f` on the pod as the mesh table reads a template.
@@ -843,6 +860,8 @@ fn mesh<'a>(
     opts: &Options,
     quits: bool,
 ) -> Result<(Mesh, Option<(Path, mesh::CloudSql)>), Outcome> {
+    // A mesh an unseen namespace may add is not native (nothing proves
+    // it): its proxy is quit, and the guard stays.
     let native_only = !found.is_empty() && found.iter().all(|f| f.native) && !pod.place.argo;
     let named = pod
         .annotation(SIDECAR)
@@ -923,20 +942,49 @@ fn cloudsql<'a>(pod: &Pod<'a>, found: &[Found], quits: bool) -> Result<Option<(P
 /// otherwise is reported, not changed.
 fn switches(pod: &Pod, found: &[Found], quits: bool, cloudsql: Option<(Path, mesh::CloudSql)>) -> Switches {
     let mut out = Switches::default();
-    for f in found.iter().filter(|f| !f.native) {
-        let facts = f.kind.facts();
-        if quits {
-            quit_switch(pod, facts, &mut out);
-        }
-        if pod.place.argo {
-            argo_kill(pod, facts, &mut out);
-        }
+    for f in found.iter().filter(|f| !f.native && !f.unseen) {
+        mesh_switches(pod, f.kind.facts(), quits, &mut out);
     }
     if let Some((path, plan)) = cloudsql {
         let native = found.iter().any(|f| f.kind == Kind::CloudSql && f.native);
         cloudsql_args(path, plan, quits && !native, &mut out);
     }
+    unseen_switches(pod, found, quits, &mut out);
     out
+}
+
+/// One mesh's quit switch (when a quit is due) and Argo's kill command.
+fn mesh_switches(pod: &Pod, facts: &meshes::Mesh, quits: bool, out: &mut Switches) {
+    if quits {
+        quit_switch(pod, facts, out);
+    }
+    if pod.place.argo {
+        argo_kill(pod, facts, out);
+    }
+}
+
+/// The switches of the meshes an unseen namespace may turn on, with one
+/// note that names them and how to say what the namespace injects.
+fn unseen_switches(pod: &Pod, found: &[Found], quits: bool, out: &mut Switches) {
+    let unseen: Vec<&Found> = found.iter().filter(|f| f.unseen).collect();
+    if unseen.is_empty() {
+        return;
+    }
+    let mut more = Switches::default();
+    for f in &unseen {
+        mesh_switches(pod, f.kind.facts(), quits, &mut more);
+    }
+    let names: Vec<&str> = unseen.iter().map(|f| f.kind.facts().name).collect();
+    let keys: Vec<&str> = more.annotations.iter().map(|(k, _)| k.as_str()).collect();
+    let set = match keys.as_slice() {
+        [] => "none of their switches is needed".to_string(),
+        keys => format!("set {} for them (inert without them)", keys.join(", ")),
+    };
+    out.notes.push(format!(
+        "the namespace is not seen here and may inject {}: {set}; --mesh names what it injects, or none",
+        names.join(" or ")
+    ));
+    out.annotations.extend(more.annotations);
 }
 
 /// The mesh's quit switch, turned on unless the pod set it (a value its

@@ -135,7 +135,13 @@ fn the_examples_are_what_inject_makes_of_their_unwrapped_sources() {
     assert_eq!(sources.len(), 9);
     for (dir, source) in sources {
         let input = std::fs::read_to_string(&source).unwrap();
-        let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "--strict", "-f", "-"], &input);
+        // A source may name more of inject's options, on a line of its own:
+        // `# inject-args: --mesh none`.
+        let mut args = vec!["inject", "--image", IMAGE, "--strict", "-f", "-"];
+        if let Some(more) = input.lines().find_map(|l| l.strip_prefix("# inject-args:")) {
+            args.extend(more.split_whitespace());
+        }
+        let run = kubectl_meshwrap(&args, &input);
         assert_eq!(run.code, 0, "{}: {}", source.display(), run.stderr);
         check(
             &examples.join(dir).join(source.file_name().unwrap()),

@@ -40,12 +40,7 @@ fn bad_pod_options_are_one_line_that_names_them() {
         "--resources",
         "KIND.RESOURCE=QUANTITY",
     );
-    refused(
-        &["--mesh", "consul"],
-        &[],
-        "--mesh",
-        "auto, istio, linkerd, vault, dapr or cloudsql",
-    );
+    refused(&["--mesh", "istoi"], &[], "--mesh", "auto, none, istio, linkerd");
     refused(&["--native", "maybe"], &[], "--native", "prefer");
 }
 
@@ -122,7 +117,7 @@ fn the_krm_function_takes_mesh_native_run_as_user_and_resources() {
         native.stdout
     );
     for (bad, says) in [
-        ("    mesh: consul\n", "functionConfig: mesh \"consul\""),
+        ("    mesh: istoi\n", "functionConfig: mesh \"istoi\" is not auto, none,"),
         ("    native: maybe\n", "functionConfig: native \"maybe\""),
         ("    runAsUser: \"0\"\n", "functionConfig: runAsUser: 0 is root"),
         ("    resources: lots\n", "functionConfig: resources:"),
