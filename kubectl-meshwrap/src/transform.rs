@@ -501,10 +501,34 @@ impl<'a> Pod<'a> {
         })
     }
     fn annotation(&self, name: &str) -> Option<&'a str> {
-        text(self.meta.and_then(|m| m.get("annotations")).and_then(|a| a.get(name)))
+        self.metadata_value("annotations", name)
     }
     fn label(&self, name: &str) -> Option<&'a str> {
-        text(self.meta.and_then(|m| m.get("labels")).and_then(|a| a.get(name)))
+        self.metadata_value("labels", name)
+    }
+    /// An annotation's or label's value as the pod will have it: the
+    /// template's own, else (an Argo template) what Argo adds to it.
+    fn metadata_value(&self, map: &str, name: &str) -> Option<&'a str> {
+        let own = text(self.meta.and_then(|m| m.get(map)).and_then(|a| a.get(name)));
+        own.or_else(|| {
+            self.inherited()
+                .find_map(|m| text(m.get(map).and_then(|a| a.get(name))))
+        })
+    }
+    /// An Argo template's inherited metadata, in Argo's precedence after
+    /// the template's own (argoproj/argo-workflows v3.7.18: operator.go
+    /// `mergedTemplateDefaultsInto` merges `templateDefaults` under the
+    /// template, then workflowpod.go `addMetadata` writes
+    /// `spec.podMetadata` first and the template's over it). A switch
+    /// meshwrap writes goes on the template's own, which wins.
+    fn inherited(&self) -> impl Iterator<Item = &'a Value> + use<'a, '_> {
+        let workflow = self.place.argo.then(|| get(self.doc, &self.place.volumes)).flatten();
+        [["templateDefaults", "metadata"], ["podMetadata", ""]]
+            .into_iter()
+            .filter_map(move |[a, b]| {
+                let v = workflow?.get(a)?;
+                if b.is_empty() { Some(v) } else { v.get(b) }
+            })
     }
     /// A key's value, as the mesh facts ask for it.
     fn get(&self, key: Key) -> Option<&'a str> {
@@ -580,7 +604,11 @@ fn refusal(pod: &Pod) -> Result<(), Outcome> {
     // A plain `false` in YAML reads as a boolean (kubectl's YAML 1.1 too):
     // the user's intent is the same.
     let opted_out = |field: &str| {
-        let value = pod.meta.and_then(|m| m.get(field)).and_then(|m| m.get(INJECT));
+        let value = pod
+            .meta
+            .into_iter()
+            .chain(pod.inherited())
+            .find_map(|m| m.get(field)?.get(INJECT));
         matches!(value, Some(Value::Bool(false))) || value.and_then(Value::as_str) == Some("false")
     };
     if opted_out("annotations") || opted_out("labels") {
@@ -600,7 +628,46 @@ fn refusal(pod: &Pod) -> Result<(), Outcome> {
     if windows(pod.spec) || windows(pod.pod_level()) {
         return Err(skip("windows", "a Windows pod: meshwrap is a Linux binary"));
     }
-    Ok(())
+    pod_spec_patch(pod)
+}
+
+/// An Argo template whose pod a `podSpecPatch` may give another command:
+/// Argo merges each patch (the workflow's, then the template's, which
+/// `templateDefaults` may supply) over the pod spec after the template is
+/// built, and a container's `command` there replaces meshwrap's wrap
+/// (argoproj/argo-workflows v3.7.18 workflowpod.go `processPodSpecPatch`,
+/// util.go `ApplyPodSpecPatch`: a strategic merge, containers by name).
+/// The patch is text, often with `{{...}}` in it, so any patch that names
+/// `command` is refused with where it is; the rest cannot change it.
+fn pod_spec_patch(pod: &Pod) -> Result<(), Outcome> {
+    if !pod.place.argo {
+        return Ok(());
+    }
+    let workflow = get(pod.doc, &pod.place.volumes);
+    let patches = [
+        ("the template's podSpecPatch", pod.spec.get("podSpecPatch")),
+        (
+            "templateDefaults.podSpecPatch",
+            workflow.and_then(|w| w.pointer("/templateDefaults/podSpecPatch")),
+        ),
+        (
+            "the workflow's podSpecPatch",
+            workflow.and_then(|w| w.get("podSpecPatch")),
+        ),
+    ];
+    match patches
+        .into_iter()
+        .find(|(_, patch)| patch.and_then(Value::as_str).is_some_and(|p| p.contains("command")))
+    {
+        Some((which, _)) => Err(skip(
+            "pod-spec-patch",
+            format!(
+                "{which} names a command, which Argo merges over the container's after inject's wrap: put the \
+                 command in the template's container instead"
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The `meshwrap.io/` annotations a pod template may carry; as a label,
