@@ -113,6 +113,12 @@ pub struct PodOptions {
     #[arg(long, value_name = "WHEN", env = "MESHWRAP_NATIVE", default_value = "false", num_args = 0..=1,
           default_missing_value = "true", value_parser = ["true", "prefer", "false"])]
     pub native: String,
+    /// Which workloads to wrap: batch (Jobs, CronJobs, the operators' kinds, Argo, bare pods, and the
+    /// pods they own), or all (Deployments, StatefulSets, DaemonSets, ReplicaSets,
+    /// ReplicationControllers, RayClusters and RayServices too, and their pods)
+    #[arg(long, value_name = "WHICH", env = "MESHWRAP_WORKLOADS", default_value = "batch",
+          value_parser = ["batch", "all"])]
+    pub workloads: String,
     /// The UID meshwrap's containers run as, or none to leave it to the platform (OpenShift's restricted
     /// SCC assigns one from the namespace's range); the meshwrap.io/run-as-user annotation overrides it
     #[arg(long = "run-as-user", value_name = "UID|none", env = "MESHWRAP_RUN_AS_USER", default_value = "65532",
@@ -380,6 +386,7 @@ impl PodOptions {
             meshes: self.mesh.iter().filter_map(|m| crate::mesh::Kind::parse(m)).collect(),
             namespace_unseen: self.mesh.iter().all(|m| m == "auto"),
             native: crate::transform::Native::parse(&self.native).unwrap_or_default(),
+            all_workloads: self.workloads == "all",
             run_as_user: crate::transform::parse_run_as_user(&self.run_as_user)
                 .unwrap_or(Some(crate::transform::DEFAULT_UID)),
             resources: crate::transform::parse_resources(&self.resources).unwrap_or_default(),

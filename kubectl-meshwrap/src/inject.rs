@@ -163,6 +163,7 @@ pub fn line(source: &str, e: &Entry) -> String {
         Verdict::Unchanged => "unchanged",
         Verdict::Skipped => "skipped",
         Verdict::Error => "error",
+        Verdict::LongRunning => "left alone",
     };
     format!("{source}: {}: {verdict}: {}", e.what, e.message)
 }
@@ -218,18 +219,24 @@ struct Tally {
     skipped: usize,
     untouched: usize,
     errors: usize,
+    long_running: usize,
 }
 
 impl Tally {
     /// Reports each entry and counts it.
     fn count(&mut self, source: &str, entries: &[Entry]) {
         for e in entries {
+            if e.verdict == Verdict::LongRunning {
+                self.long_running += 1;
+                continue;
+            }
             crate::say(&line(source, e));
             match e.verdict {
                 Verdict::Injected => self.wrapped += 1,
                 Verdict::Skipped => self.skipped += 1,
                 Verdict::Unchanged => self.untouched += 1,
                 Verdict::Error => self.errors += 1,
+                Verdict::LongRunning => {}
             }
         }
     }
@@ -246,8 +253,13 @@ impl Tally {
         } else {
             String::new()
         };
+        let long_running = match self.long_running {
+            0 => String::new(),
+            1 => "; 1 long-running workload left alone (--workloads all wraps it)".to_string(),
+            n => format!("; {n} long-running workloads left alone (--workloads all wraps them)"),
+        };
         crate::say(&format!(
-            "{} pod templates wrapped, {} skipped, {} untouched{errors}",
+            "{} pod templates wrapped, {} skipped, {} untouched{errors}{long_running}",
             self.wrapped, self.skipped, self.untouched
         ));
         if self.writable(allow_skip) {

@@ -20,7 +20,7 @@ use crate::workloads::TemplatePath;
 
 fn severity(v: Verdict) -> &'static str {
     match v {
-        Verdict::Injected | Verdict::Unchanged => "info",
+        Verdict::Injected | Verdict::Unchanged | Verdict::LongRunning => "info",
         Verdict::Skipped => "warning",
         Verdict::Error => "error",
     }
@@ -28,7 +28,7 @@ fn severity(v: Verdict) -> &'static str {
 
 /// The keys a functionConfig's `data` or `spec` may hold, as the flags of
 /// the same names take them.
-const KEYS: [&str; 10] = [
+const KEYS: [&str; 11] = [
     "image",
     "sidecar",
     "timeout",
@@ -39,6 +39,7 @@ const KEYS: [&str; 10] = [
     "runAsUser",
     "resources",
     "strict",
+    "workloads",
 ];
 
 /// A key of the functionConfig the function does not take is an error that
@@ -142,6 +143,13 @@ fn pod_fit(field: &dyn Fn(&str) -> Option<String>, opts: &mut Options) -> Result
             opts.meshes.push(kind);
         }
     }
+    if let Some(which) = field("workloads") {
+        opts.all_workloads = match which.as_str() {
+            "batch" => false,
+            "all" => true,
+            _ => return Err(format!("functionConfig: workloads \"{which}\" is not batch or all")),
+        };
+    }
     if let Some(native) = field("native") {
         opts.native = crate::transform::Native::parse(&native)
             .ok_or_else(|| format!("functionConfig: native \"{native}\" is not true, prefer or false"))?;
@@ -200,7 +208,11 @@ pub fn run(flags: &Options, taught: &[TemplatePath], strict_flag: bool) -> i32 {
         r
     };
     let add_results = |doc: &Value, entries: &[Entry]| -> Vec<Op> {
-        let results: Vec<Value> = entries.iter().map(result).collect();
+        let results: Vec<Value> = entries
+            .iter()
+            .filter(|e| e.verdict != Verdict::LongRunning)
+            .map(result)
+            .collect();
         if results.is_empty() {
             return Vec::new();
         }

@@ -269,6 +269,33 @@ pub const FACTS: &[Fact] = &[
     },
 ];
 
+/// Kinds whose pods run until deleted: their controller recreates a pod
+/// that ends, and their pod templates accept only `restartPolicy: Always`
+/// (kubernetes pkg/apis/apps/validation/validation.go,
+/// ValidatePodTemplateSpecForReplicaSet for Deployments and ReplicaSets,
+/// and the same rule for StatefulSets, DaemonSets and, in
+/// pkg/apis/core/validation, ReplicationControllers), and KubeRay's
+/// RayCluster and RayService, whose head and worker groups run until the
+/// resource is deleted (a RayJob's own cluster goes with the job; its
+/// submitter is a Job).
+/// `--workloads batch`, the default, leaves them and their pods alone: no
+/// quit is ever due, and a Job's Warning on a service pod is noise.
+/// As (API group, kind).
+pub const LONG_RUNNING: &[(&str, &str)] = &[
+    ("apps", "Deployment"),
+    ("apps", "StatefulSet"),
+    ("apps", "DaemonSet"),
+    ("apps", "ReplicaSet"),
+    ("", "ReplicationController"),
+    ("ray.io", "RayCluster"),
+    ("ray.io", "RayService"),
+];
+
+/// Whether `kind` of API group `group` runs until deleted ([`LONG_RUNNING`]).
+pub fn long_running(group: &str, kind: &str) -> bool {
+    LONG_RUNNING.contains(&(group, kind))
+}
+
 /// A kind taught with `--template-path`: its operator is unknown, so this is
 /// meshwrap's own assumption, not upstream's: the template's
 /// `restartPolicy`, else Never.

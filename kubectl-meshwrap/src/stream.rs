@@ -50,6 +50,9 @@ pub enum Verdict {
     Unchanged,
     Skipped,
     Error,
+    /// A long-running workload, left alone by `--workloads batch`: counted,
+    /// never reported one by one.
+    LongRunning,
 }
 
 /// What happened to one pod template (or to a document that could not be
@@ -513,6 +516,13 @@ fn plan_unit(working: &mut Value, workload: workloads::Workload, opts: &Options)
         refused: false,
         compact: None,
     };
+    let group = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let group = group.rsplit_once('/').map_or("", |(g, _)| g);
+    if !opts.all_workloads && crate::operators::long_running(group, &workload.kind) {
+        unit.entries
+            .push((say(Verdict::LongRunning, what(""), String::new()), None));
+        return unit;
+    }
     let places = match workload.places {
         Ok(places) => places,
         Err(why) => {

@@ -137,6 +137,10 @@ pub struct Options {
     /// (inert where that mesh is absent). `--mesh NAMES` or `none` says what
     /// the namespace injects.
     pub namespace_unseen: bool,
+    /// `--workloads all`: wrap long-running kinds too (Deployments and the
+    /// like, `operators::LONG_RUNNING`) and their pods; by default only
+    /// batch work is wrapped, and those are left alone unreported.
+    pub all_workloads: bool,
     pub native: Native,
     /// The UID of what meshwrap adds; `None`: the platform assigns one.
     pub run_as_user: Option<u32>,
@@ -200,6 +204,7 @@ impl Default for Options {
             delivery: Delivery::InitContainer,
             meshes: Vec::new(),
             namespace_unseen: true,
+            all_workloads: false,
             native: Native::Off,
             run_as_user: Some(DEFAULT_UID),
             resources: parse_resources(DEFAULT_RESOURCES).unwrap_or_default(),
@@ -1043,13 +1048,15 @@ fn unseen_switches(pod: &Pod, found: &[Found], quits: bool, out: &mut Switches) 
     }
     let names: Vec<&str> = unseen.iter().map(|f| f.kind.facts().name).collect();
     let keys: Vec<&str> = more.annotations.iter().map(|(k, _)| k.as_str()).collect();
-    let set = match keys.as_slice() {
-        [] => "none of their switches is needed".to_string(),
-        keys => format!("set {} for them (inert without them)", keys.join(", ")),
-    };
+    // Nothing written for them (no quit due, no Argo step): nothing to say.
+    if keys.is_empty() {
+        return;
+    }
     out.notes.push(format!(
-        "the namespace is not seen here and may inject {}: {set}; --mesh names what it injects, or none",
-        names.join(" or ")
+        "the namespace is not seen here and may inject {}: set {} for them (inert without them); --mesh names \
+         what it injects, or none",
+        names.join(" or "),
+        keys.join(", ")
     ));
     out.annotations.extend(more.annotations);
 }

@@ -473,6 +473,7 @@ fn bad_values_are_refused_with_what_they_accept() {
     // values.schema.json, as Helm checks it before rendering.
     for (patch, says) in [
         (json!({"inject": {"native": "maybe"}}), "/inject/native"),
+        (json!({"inject": {"workloads": "services"}}), "/inject/workloads"),
         (json!({"inject": {"mesh": ["consul"]}}), "/inject/mesh/0"),
         (json!({"inject": {"quitPolicy": "sometimes"}}), "/inject/quitPolicy"),
         (json!({"inject": {"timeout": "ten minutes"}}), "/inject/timeout"),
@@ -631,6 +632,19 @@ fn webhook_env(objects: &[Value]) -> BTreeMap<String, Value> {
     env.iter()
         .map(|e| (e["name"].as_str().unwrap().to_string(), e["value"].clone()))
         .collect()
+}
+
+#[test]
+fn the_workloads_value_reaches_the_webhook_only_where_it_is_not_batch() {
+    if !helm_ready() {
+        return;
+    }
+    let (defaults, _) = render(&values("default"), "meshwrap-system", None).unwrap();
+    assert!(!webhook_env(&defaults).contains_key("MESHWRAP_WORKLOADS"));
+    let mut all = values("default");
+    json_patch::merge(&mut all, &json!({"inject": {"workloads": "all"}}));
+    let (objects, _) = render(&all, "meshwrap-system", None).unwrap();
+    assert_eq!(webhook_env(&objects)["MESHWRAP_WORKLOADS"], "all");
 }
 
 #[test]
@@ -1095,6 +1109,26 @@ fn the_plugin_injects_a_rendered_chart_as_helm_4_runs_it() {
         );
         assert_eq!(pod["spec"]["containers"][0]["command"][0], "/mesh/meshwrap");
         assert_eq!(pod["spec"]["initContainers"][0]["image"], IMAGE);
+        // The chart's Deployment (no command) is a service: left alone, and
+        // it fails nothing.
+        let deployment = documents(manifest)
+            .into_iter()
+            .find(|d| d["kind"] == "Deployment")
+            .unwrap();
+        assert!(
+            deployment["spec"]["template"]["spec"].get("initContainers").is_none(),
+            "{manifest}"
+        );
+        // inject's report reaches the user on success too, although Helm 4
+        // keeps a plugin's stderr to itself.
+        assert!(
+            run.stderr
+                .contains("Job/train-train spec.template: injected: container train")
+                && run.stderr.contains("1 long-running workload left alone"),
+            "{}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("Deployment/"), "{}", run.stderr);
     }
     // Hooks are post-rendered too (a test hook with no command cannot be
     // wrapped), and a skip fails the install with inject's reason where the
@@ -1144,6 +1178,11 @@ fn the_post_render_script_is_a_helm_3_post_renderer_too() {
     let out = run(&with_command);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("/mesh/meshwrap"));
+    let report = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        report.contains("meshwrap post-renderer:\n") && report.contains("Job/train spec.template: injected"),
+        "{report}"
+    );
     let out = run(template);
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());

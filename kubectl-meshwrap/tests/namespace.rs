@@ -80,7 +80,20 @@ fn a_pod_that_shows_its_mesh_or_opts_out_gets_nothing_for_the_namespace() {
     );
     let run = inject(&opted_out, &[]);
     assert!(!run.stdout.contains(LINKERD_SHUTDOWN), "{}", run.stdout);
-    assert!(run.stderr.contains("may inject istio:"), "{}", run.stderr);
+    // Istio needs no switch for a Job: nothing written, nothing said.
+    assert!(!run.stderr.contains("namespace is not seen"), "{}", run.stderr);
+    let step = STEP.replace(
+        "    - name: main\n",
+        "    - name: main\n      metadata:\n        annotations: {linkerd.io/inject: disabled}\n",
+    );
+    let run = inject(&step, &[]);
+    assert!(
+        run.stderr
+            .contains("may inject istio: set workflows.argoproj.io/kill-cmd-istio-proxy for them"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stdout.contains("kill-cmd-linkerd"), "{}", run.stdout);
 }
 
 #[test]
@@ -107,4 +120,69 @@ fn the_krm_function_takes_mesh_none_too() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stdout.contains("meshwrap-guard"), "{}", run.stdout);
     assert!(!run.stdout.contains("linkerd"), "{}", run.stdout);
+}
+
+const DEPLOYMENT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: api}\nspec:\n  selector: {matchLabels: {app: api}}\n  template:\n    metadata: {labels: {app: api}}\n    spec:\n      containers:\n        - {name: api, image: x, command: [serve]}\n";
+
+#[test]
+fn a_chart_with_services_gets_its_jobs_wrapped_and_its_services_left_alone_unreported() {
+    let chart = format!("{DEPLOYMENT}---\n{JOB}");
+    let run = inject(&chart, &[]);
+    assert!(run.stdout.starts_with(DEPLOYMENT), "{}", run.stdout);
+    assert_eq!(run.stdout.matches("/mesh/meshwrap").count(), 1, "{}", run.stdout);
+    assert!(!run.stderr.contains("Deployment/api"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("1 pod templates wrapped, 0 skipped, 0 untouched; 1 long-running workload left alone"),
+        "{}",
+        run.stderr
+    );
+    let all = inject(&chart, &["--workloads", "all"]);
+    assert_eq!(all.stdout.matches("/mesh/meshwrap").count(), 2, "{}", all.stdout);
+    let env = run_in(
+        None,
+        &["inject", "--image", IMAGE],
+        &chart,
+        &[("MESHWRAP_WORKLOADS", "all")],
+    );
+    assert_eq!(env.stdout, all.stdout);
+    let bad = run_in(
+        None,
+        &["inject", "--image", IMAGE, "--workloads", "services"],
+        &chart,
+        &[],
+    );
+    assert_eq!(bad.code, 2);
+    assert!(
+        bad.stdout.is_empty() && bad.stderr.contains("--workloads"),
+        "{}",
+        bad.stderr
+    );
+}
+
+#[test]
+fn the_krm_function_leaves_services_out_of_its_results_and_takes_workloads() {
+    let list = |config: &str| {
+        format!(
+            "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- {}\nfunctionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata: {{name: c}}\n  data:\n    image: {IMAGE}\n{config}",
+            DEPLOYMENT.trim_end().replace('\n', "\n  ")
+        )
+    };
+    let run = kubectl_meshwrap(&["fn"], &list(""));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        !run.stdout.contains("/mesh/meshwrap") && !run.stdout.contains("results"),
+        "{}",
+        run.stdout
+    );
+    let all = kubectl_meshwrap(&["fn"], &list("    workloads: all\n"));
+    assert!(all.stdout.contains("/mesh/meshwrap"), "{}", all.stdout);
+    let bad = kubectl_meshwrap(&["fn"], &list("    workloads: some\n"));
+    assert_ne!(bad.code, 0);
+    assert!(
+        bad.stderr
+            .contains("functionConfig: workloads \"some\" is not batch or all"),
+        "{}",
+        bad.stderr
+    );
 }

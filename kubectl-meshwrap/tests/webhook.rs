@@ -298,6 +298,18 @@ fn pods_of(doc: &Value, place: &kubectl_meshwrap::transform::Place, kind: &str) 
             "apiVersion": "kubeflow.org/v1", "kind": kind, "name": "job", "uid": "u", "controller": true
         }]);
     }
+    // A long-running kind's pods, owned as their controller owns them.
+    let owner = match kind {
+        "Deployment" | "ReplicaSet" => Some(("apps/v1", "ReplicaSet")),
+        "StatefulSet" | "DaemonSet" => Some(("apps/v1", kind)),
+        "ReplicationController" => Some(("v1", kind)),
+        _ => None,
+    };
+    if let Some((api_version, kind)) = owner {
+        metadata["ownerReferences"] = json!([{
+            "apiVersion": api_version, "kind": kind, "name": "owner", "uid": "u", "controller": true
+        }]);
+    }
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
 }
 
@@ -1359,4 +1371,41 @@ fn bad_flags_and_bad_certificates_are_one_line_and_nothing_is_served() {
         assert!(!run.stderr.contains("listening"), "{}", run.stderr);
     }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A pod of `owner` (apiVersion, kind), as its controller creates it.
+fn owned_pod(owner: (&str, &str)) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "p-", "namespace": "team-a", "labels": {"sidecar.istio.io/inject": "true"},
+                     "ownerReferences": [{"apiVersion": owner.0, "kind": owner.1, "name": "o", "uid": "u", "controller": true}]},
+        "spec": {"restartPolicy": "Always", "containers": [{"name": "app", "image": "x", "command": ["serve"]}]}
+    })
+}
+
+#[test]
+fn a_long_running_controllers_pods_are_left_alone_unless_all_workloads_are_asked_for() {
+    let ca = Ca::new("workloads CA");
+    let batch = Webhook::start("workloads-batch", &ca, &[]);
+    let mut client = batch.client(&ca);
+    for owner in [
+        ("apps/v1", "ReplicaSet"),
+        ("apps/v1", "StatefulSet"),
+        ("apps/v1", "DaemonSet"),
+        ("v1", "ReplicationController"),
+        ("ray.io/v1", "RayCluster"),
+    ] {
+        let answer = post(&mut client, &review_of(&owned_pod(owner), "lr"));
+        let response = &answer["response"];
+        assert_eq!(response["allowed"], true, "{owner:?}");
+        assert!(response.get("patch").is_none(), "{owner:?}: {answer}");
+        assert!(response.get("warnings").is_none(), "{owner:?}: {answer}");
+    }
+    // A Job's pod in the same namespace is wrapped.
+    let answer = post(&mut client, &review_of(&owned_pod(("batch/v1", "Job")), "job"));
+    assert!(answer["response"].get("patch").is_some(), "{answer}");
+    let all = Webhook::start("workloads-all", &ca, &["--workloads", "all"]);
+    let mut client = all.client(&ca);
+    let answer = post(&mut client, &review_of(&owned_pod(("apps/v1", "ReplicaSet")), "all"));
+    assert!(answer["response"].get("patch").is_some(), "{answer}");
 }

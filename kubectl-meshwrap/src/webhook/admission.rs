@@ -211,6 +211,18 @@ fn left_alone(
             format!("namespace {namespace} is never selected"),
         )));
     }
+    // A service's pod: no quit is ever due, and a Warning that its "Job"
+    // may never complete would be noise (`--workloads all` wraps it).
+    if let Some((kind, group, name)) = controller(object)
+        && !settings.options.all_workloads
+        && crate::operators::long_running(group, kind)
+    {
+        return Ok(Some((
+            "ignored",
+            "long-running",
+            format!("its controller {kind}/{name} runs until deleted: left alone (--workloads all wraps it)"),
+        )));
+    }
     let opted_out = [
         object.pointer("/metadata/labels").and_then(|l| l.get(INJECT)),
         object.pointer("/metadata/annotations").and_then(|a| a.get(INJECT)),
