@@ -439,11 +439,16 @@ fn document(text: &str, doc: &tree::Document, cx: &Context, entries: &mut Vec<En
             unit
         })
         .collect();
+    for unit in units.iter_mut() {
+        if let Some(line) = doc.root.at(&unit.at).and_then(first_alias).map(|at| line_of(text, at)) {
+            aliased(unit, line);
+        }
+    }
     for unit in units.iter_mut().filter(|u| u.live) {
         if let Some(why) = duplicate_key(text, doc.root.at(&unit.at)) {
             unit.refuse(Verdict::Error, &why);
-        } else if tangled(text, doc, unit) {
-            unit.refuse(Verdict::Skipped, TANGLED);
+        } else if let Some(line) = tangled(text, doc, unit) {
+            unit.refuse(Verdict::Skipped, &format!("{TANGLED} (line {line})"));
         }
     }
     restore(&mut working, doc, &mut units);
@@ -607,16 +612,60 @@ fn duplicate_key(text: &str, object: Option<&tree::Node>) -> Option<String> {
     ))
 }
 
-/// Whether a place `unit` injects holds anchors, aliases, tags, merge keys
-/// or a Helm template action, where an edit could mean something else.
-/// `{{...}}` inside a string (Argo's parameters, `{{workflow.name}}`) is
-/// data the edit keeps byte for byte: it never blocks one.
-fn tangled(text: &str, doc: &tree::Document, unit: &Unit) -> bool {
+/// Where a place `unit` injects holds anchors, aliases, tags, merge keys
+/// or a Helm template action, where an edit could mean something else:
+/// the line of the first. `{{...}}` inside a string (Argo's parameters,
+/// `{{workflow.name}}`) is data the edit keeps byte for byte: it never
+/// blocks one.
+fn tangled(text: &str, doc: &tree::Document, unit: &Unit) -> Option<usize> {
     unit.entries
         .iter()
         .filter_map(|(_, p)| p.as_ref())
         .flat_map(regions)
-        .any(|path| doc.root.at(&path).is_some_and(|n| n.decorated || helm_action(text, n)))
+        .filter_map(|path| doc.root.at(&path))
+        .find(|n| n.decorated || helm_action(text, n))
+        .map(|n| line_of(text, decoration(n).unwrap_or(n.start)))
+}
+
+/// Where the first decoration beneath `node` is: the decorated node whose
+/// children are not (its anchor, tag or alias).
+fn decoration(node: &tree::Node) -> Option<usize> {
+    if !node.decorated {
+        return None;
+    }
+    let children: Vec<&tree::Node> = match &node.kind {
+        tree::Kind::Map(pairs) => pairs.iter().flat_map(|(k, v)| [k, v]).collect(),
+        tree::Kind::Seq(items) => items.iter().collect(),
+        _ => Vec::new(),
+    };
+    children.into_iter().find_map(decoration).or(Some(node.start))
+}
+
+/// The first alias in `node`, by where it starts.
+fn first_alias(node: &tree::Node) -> Option<usize> {
+    match &node.kind {
+        tree::Kind::Alias => Some(node.start),
+        tree::Kind::Map(pairs) => pairs
+            .iter()
+            .find_map(|(k, v)| first_alias(k).or_else(|| first_alias(v))),
+        tree::Kind::Seq(items) => items.iter().find_map(first_alias),
+        tree::Kind::Scalar { .. } => None,
+    }
+}
+
+/// An object with an alias in it: the plan read the alias as nothing (its
+/// JSON is null there), so no entry of it stands. Every one becomes a skip
+/// that says where and what to do; nothing of it is edited.
+fn aliased(unit: &mut Unit, line: usize) {
+    let why = format!(
+        "a YAML alias at line {line}, which meshwrap reads as written, not as what it points to: expand the \
+         aliases first (yq 'explode(.)' FILE), then inject"
+    );
+    unit.refuse(Verdict::Skipped, &why);
+    for (e, _) in &mut unit.entries {
+        e.verdict = Verdict::Skipped;
+        e.message = why.clone();
+    }
 }
 
 /// A `{{ ... }}` that YAML read as structure, not as a string: a flow

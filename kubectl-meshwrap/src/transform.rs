@@ -826,14 +826,29 @@ fn ambiguous(several: &[&Candidate]) -> Outcome {
 fn needs_command(chosen: &Candidate) -> Result<(), Outcome> {
     match chosen.container.get("command") {
         Some(Value::Array(items)) if !items.is_empty() && items.iter().all(Value::is_string) => Ok(()),
-        _ => Err(skip(
-            "no-command",
-            format!(
-                "container {} has no command, and the image's ENTRYPOINT cannot be known here: set its command",
-                chosen.name
-            ),
-        )),
+        _ => Err(skip("no-command", no_command(chosen))),
     }
+}
+
+/// What to do about a container with no command: the image's ENTRYPOINT
+/// (and CMD, where it has no args) is what runs, which only the registry
+/// knows. KubeRay writes a submitter's command itself when it has none
+/// (ray-operator/controllers/ray/common/job.go, GetK8sJobCommand).
+fn no_command(chosen: &Candidate) -> String {
+    let image = chosen.container.get("image").and_then(Value::as_str).unwrap_or("IMAGE");
+    if chosen.name == "ray-job-submitter" {
+        return format!(
+            "container {} has no command, so KubeRay writes one itself (ray job submit ... -- the entrypoint), \
+             which inject cannot see: set its command to the ray job submit line",
+            chosen.name
+        );
+    }
+    format!(
+        "container {} has no command, and the image's ENTRYPOINT cannot be known here: set its command to the \
+         image's ENTRYPOINT followed by its CMD where the container has no args (crane config {image}, or docker \
+         inspect {image}, shows them)",
+        chosen.name
+    )
 }
 
 /// The quit policy: the annotation, then the option, then what the

@@ -335,7 +335,7 @@ fn every_pod_template_of_injects_goldens_comes_out_of_the_webhook_as_out_of_inje
         let report = std::fs::read_to_string(golden.join(format!("{stem}.report"))).unwrap_or_default();
         let text_limited: Vec<String> = report
             .lines()
-            .filter(|l| l.contains(": error: ") || l.contains("YAML anchors"))
+            .filter(|l| l.contains(": error: ") || l.contains("YAML anchors") || l.contains("a YAML alias at line"))
             .filter_map(|l| l.split(": ").nth(2))
             .map(|w| w.split(' ').next().unwrap_or("").to_string())
             .collect();
