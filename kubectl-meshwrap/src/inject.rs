@@ -25,6 +25,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::stream::{self, Entry, Verdict};
+use crate::trainer::Runtimes;
 use crate::transform::Options;
 use crate::workloads::TemplatePath;
 
@@ -197,10 +198,16 @@ pub fn run(req: &Request) -> i32 {
             }
         }
     }
+    // A TrainJob is decided against its runtime when the runtime is in
+    // the run, in any input and before or after it: all are read first.
+    let mut runtimes = Runtimes::default();
+    for (_, text) in &texts {
+        runtimes.learn(text, &req.options);
+    }
     let outcome = if req.in_place || req.diff {
-        in_place(req, &texts)
+        in_place(req, &texts, &runtimes)
     } else {
-        to_stdout(req, &texts)
+        to_stdout(req, &texts, &runtimes)
     };
     match outcome {
         Ok(tally) => tally.verdict(req.allow_skip),
@@ -268,11 +275,11 @@ impl Tally {
 /// `--in-place`: every file transformed first, then written only when the
 /// run may be written. `--diff`: the same, printed as a unified diff
 /// instead of written (a run that would write nothing prints nothing).
-fn in_place(req: &Request, texts: &[(&Input, String)]) -> Result<Tally, String> {
+fn in_place(req: &Request, texts: &[(&Input, String)], runtimes: &Runtimes) -> Result<Tally, String> {
     let mut tally = Tally::default();
     let mut replaced = Vec::new();
     for (input, text) in texts {
-        let (new, entries) = stream::run_to_string(text, &req.options, &req.taught, None);
+        let (new, entries) = stream::run_to_string(text, &req.options, &req.taught, None, runtimes);
         tally.count(&input.shown.display().to_string(), &entries);
         if new != *text {
             replaced.push((input, text, new));
@@ -299,7 +306,7 @@ fn in_place(req: &Request, texts: &[(&Input, String)]) -> Result<Tally, String> 
 
 /// To stdout, one stream (inputs separated by `---`), spooled until the run
 /// is known to be writable.
-fn to_stdout(req: &Request, texts: &[(&Input, String)]) -> Result<Tally, String> {
+fn to_stdout(req: &Request, texts: &[(&Input, String)], runtimes: &Runtimes) -> Result<Tally, String> {
     let temporary = |e: std::io::Error| format!("a temporary file for the output: {e}");
     let (path, spool) = meshwrap::install::create_temporary(&std::env::temp_dir()).map_err(temporary)?;
     // Read back through a second descriptor; the name goes at once.
@@ -328,7 +335,7 @@ fn to_stdout(req: &Request, texts: &[(&Input, String)]) -> Result<Tally, String>
         if several && i > 0 && !text.starts_with("---") {
             put("---\n");
         }
-        let entries = stream::run(text, &req.options, &req.taught, None, &mut put);
+        let entries = stream::run(text, &req.options, &req.taught, None, runtimes, &mut put);
         if several && last.get() != b'\n' {
             put("\n");
         }
