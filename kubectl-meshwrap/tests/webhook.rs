@@ -212,6 +212,31 @@ fn the_fixtures_decide_what_the_issue_says() {
     ] {
         assert_eq!(out(name)["patched"], false, "{name}");
     }
+    // #36 point 6: a pod Trainer built from an injected runtime, whose node
+    // command a TrainJob replaced, is wrapped again (settings from node's
+    // MESHWRAP_* env, or from the status where an older runtime lacks it);
+    // a prepared node with no command at all is admitted with the reason.
+    let overridden = out("trainer-node-overridden");
+    assert_eq!(overridden["patched"], true);
+    assert_eq!(command(&overridden, "node")[..3], ["/mesh/meshwrap", "--", "bash"]);
+    let old = out("trainer-node-old-runtime");
+    assert_eq!(
+        command(&old, "node")[..6],
+        [
+            "/mesh/meshwrap",
+            "--quit-policy",
+            "on-success",
+            "--guard-dir",
+            "/run/meshwrap",
+            "--"
+        ]
+    );
+    let bare = out("trainer-node-no-command");
+    assert_eq!(bare["patched"], false);
+    assert!(
+        bare["warnings"][0].as_str().unwrap().contains("spec.trainer.command"),
+        "{bare}"
+    );
     let again = out("skipped-before");
     assert_eq!(status(&again)["container"], "etl", "a skipped pod is decided again");
 
@@ -362,6 +387,14 @@ fn every_pod_template_of_injects_goldens_comes_out_of_the_webhook_as_out_of_inje
                 let Ok(places) = workload.places else { continue };
                 for place in places {
                     if place.argo || place.restart == Restart::Argo {
+                        continue;
+                    }
+                    // A Trainer runtime's trainer node gets inject's
+                    // MESHWRAP_* env for a TrainJob's command, which a pod
+                    // (built after the TrainJob's override) has no use for.
+                    if kubectl_meshwrap::trainer::is_runtime(&workload.kind)
+                        && kubectl_meshwrap::trainer::overridden(doc, &place)
+                    {
                         continue;
                     }
                     let pod = pods_of(doc, &place, &workload.kind);
