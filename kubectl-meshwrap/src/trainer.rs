@@ -141,6 +141,12 @@ pub fn plan_runtime(doc: &Value, place: &Place, opts: &Options) -> Outcome {
     let Some((path, container)) = node(doc, place).filter(|_| overridden(doc, place)) else {
         return outcome;
     };
+    if let Some(why) = rewrites_command(doc, place) {
+        return Outcome::Skipped(transform::Skip {
+            code: "trainer-flux",
+            why: why.into(),
+        });
+    }
     match outcome {
         Outcome::Injected { ref container, .. } if container != NODE => outcome,
         Outcome::Injected {
@@ -155,6 +161,21 @@ pub fn plan_runtime(doc: &Value, place: &Place, opts: &Options) -> Outcome {
         }
         other => other,
     }
+}
+
+/// Why Trainer runs a command of its own in the trainer `node` of the
+/// runtime holding `place`, whatever the runtime or a TrainJob says: its
+/// flux plugin replaces the TrainJob's command with its entrypoint, given
+/// the original command as one string. Inject would leave a guard beside
+/// that unwrapped command (and a wrapped TrainJob command would run inside
+/// Flux), so such a runtime is the webhook's, which sees the pod's command.
+fn rewrites_command(doc: &Value, place: &Place) -> Option<&'static str> {
+    let runtime = get(doc, &place.spec[..place.spec.len().saturating_sub(9)])?;
+    runtime.pointer("/spec/mlPolicy/flux").map(|_| {
+        "mlPolicy.flux: Trainer's flux plugin replaces node's command with its own entrypoint \
+         (/bin/bash /etc/flux-config/entrypoint.sh CMD), which inject cannot wrap: leave this runtime and its \
+         TrainJobs to the webhook, which wraps the pods Trainer builds"
+    })
 }
 
 /// A `node` with no command: planned as if it had one, less the wrap.
@@ -451,15 +472,32 @@ fn trainer_command(object: &Value) -> Result<Option<&[Value]>, String> {
     }
 }
 
+/// Trainer's torchtune entrypoint, which its torch plugin recognises by
+/// equality and rewrites (`operators::TRAINER`).
+pub const TORCHTUNE_ENTRYPOINT: [&str; 2] = ["tune", "run"];
+
+fn is_torchtune(command: &[Value]) -> bool {
+    command.len() == 2
+        && command
+            .iter()
+            .zip(TORCHTUNE_ENTRYPOINT)
+            .all(|(c, t)| c.as_str() == Some(t))
+}
+
+const TORCHTUNE: &str = "spec.trainer.command is [tune, run], Trainer's torchtune entrypoint, which its torch \
+plugin recognises only as it is and rewrites: wrapped, it would not be torchtune any more; leave it unwrapped and \
+let the webhook wrap the pods Trainer builds (without it, the runtime's guard waits beside an unwrapped command)";
+
 /// The TrainJob rule. Each arm says which side it takes where it cannot
 /// know (see the module's notes).
 fn decide(command: Option<&[Value]>, runtime: Option<&Runtime>, shown: &str) -> Decision {
     use Decision::*;
     match (command, runtime) {
         (Some(c), _) if runs_meshwrap(c) => Leave("spec.trainer.command already runs meshwrap".into()),
+        (Some(c), _) if is_torchtune(c) => Skip(TORCHTUNE.into()),
         (_, Some(Runtime::NotInjected(why))) => Skip(format!(
-            "its runtime {shown} is not injected ({why}): inject it first; a TrainJob's command wrapped alone would \
-             find no {BIN_DIR}/meshwrap"
+            "its runtime {shown} is not injected ({why}); a TrainJob's command wrapped alone would find no \
+             {BIN_DIR}/meshwrap"
         )),
         (_, Some(Runtime::Native)) => Leave(format!(
             "nothing to wrap: its runtime {shown}'s mesh proxy was made native (the kubelet stops it)"
@@ -561,4 +599,200 @@ fn flags_of(status: &Value, containers: &[Value]) -> Vec<Value> {
         flags.extend([json!("--guard-dir"), json!(GUARD_DIR)]);
     }
     flags
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(items: &[&str]) -> Vec<Value> {
+        items.iter().map(|s| json!(s)).collect()
+    }
+
+    #[test]
+    fn a_prefix_becomes_the_variables_meshwrap_reads_repeated_flags_joined() {
+        let prefix = strings(&[
+            "/mesh/meshwrap",
+            "--quit-policy",
+            "on-success",
+            "--guard-dir",
+            "/run/meshwrap",
+            "--sidecar",
+            "auto",
+            "--sidecar",
+            "cloudsql=127.0.0.1:9190",
+            "--timeout",
+            "5m",
+            "--",
+            "--quit-policy",
+            "never",
+        ]);
+        assert_eq!(
+            env_of(&prefix),
+            [
+                ("MESHWRAP_QUIT_POLICY", "on-success".to_string()),
+                ("MESHWRAP_GUARD_DIR", "/run/meshwrap".into()),
+                ("MESHWRAP_SIDECAR", "auto,cloudsql=127.0.0.1:9190".into()),
+                ("MESHWRAP_TIMEOUT", "5m".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn every_variable_is_one_meshwrap_reads_for_its_flag() {
+        let args = include_str!("../../src/cli/args.rs");
+        for (flag, name) in ENV {
+            let at = args
+                .find(&format!("env = \"{name}\""))
+                .unwrap_or_else(|| panic!("{name}"));
+            let long = flag.trim_start_matches("--");
+            let before = &args[..at];
+            let attribute = &before[before.rfind("#[arg(").unwrap()..];
+            let field = args[at..].split("pub ").nth(1).and_then(|f| f.split(':').next());
+            let named = attribute.contains(&format!("long = \"{long}\""));
+            let derived = attribute.contains("long,") && field == Some(long.replace('-', "_").as_str());
+            assert!(named || derived, "{name} is not the variable of {flag}: {attribute}");
+        }
+    }
+
+    #[test]
+    fn only_the_job_labelled_as_the_trainer_is_overridden() {
+        let doc = |label: Value| {
+            json!({"spec": {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {
+                "metadata": {"labels": label},
+                "spec": {"template": {"spec": {"containers": [{"name": "node"}]}}}}}]}}}})
+        };
+        let runtime = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+            "metadata": {"name": "r"}, "spec": doc(json!({}))["spec"].clone()});
+        let found = workloads::find(&runtime, &[]);
+        let place = &found[0].places.as_ref().unwrap()[0];
+        assert!(overridden(&doc(json!({ANCESTOR: "trainer"})), place));
+        assert!(!overridden(&doc(json!({ANCESTOR: "dataset-initializer"})), place));
+        assert!(!overridden(&doc(json!({})), place));
+    }
+
+    #[test]
+    fn the_runtime_ref_defaults_as_the_crd_does_and_refuses_other_groups() {
+        let job = |r: Value| json!({"spec": {"runtimeRef": r}});
+        assert_eq!(
+            runtime_ref(&job(json!({"name": "t"}))),
+            Ok(("ClusterTrainingRuntime".into(), "t".into()))
+        );
+        assert_eq!(
+            runtime_ref(&job(json!({"name": "t", "kind": "TrainingRuntime"}))),
+            Ok(("TrainingRuntime".into(), "t".into()))
+        );
+        assert!(
+            runtime_ref(&job(json!({"name": "t", "apiGroup": "x.io"})))
+                .unwrap_err()
+                .contains("x.io")
+        );
+        assert!(
+            runtime_ref(&job(json!({})))
+                .unwrap_err()
+                .contains("spec.runtimeRef.name")
+        );
+    }
+
+    #[test]
+    fn an_empty_command_is_refused_as_it_still_replaces_nodes() {
+        let job = |c: Value| json!({"spec": {"trainer": {"command": c}}});
+        assert_eq!(trainer_command(&json!({})), Ok(None));
+        assert!(trainer_command(&job(json!([]))).unwrap_err().contains("ENTRYPOINT"));
+        assert!(trainer_command(&job(json!([1]))).is_err());
+        assert_eq!(trainer_command(&job(json!(["a"]))).unwrap().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn the_trainjob_rule_arm_by_arm() {
+        let cmd = strings(&["python", "train.py"]);
+        let wrapped = strings(&["/mesh/meshwrap", "--", "python"]);
+        let tune = strings(&["tune", "run"]);
+        let injected = |command| Some(Runtime::Injected { command });
+        let not = Runtime::NotInjected("opted out".into());
+        let kind = |d: Decision| match d {
+            Decision::Wrap(_) => "wrap",
+            Decision::Leave(_) => "leave",
+            Decision::Skip(_) => "skip",
+        };
+        type Case<'a> = (Option<&'a [Value]>, Option<Runtime>, &'a str);
+        let cases: [Case; 10] = [
+            (Some(&cmd), injected(true), "wrap"),
+            (Some(&cmd), injected(false), "wrap"),
+            (Some(&cmd), None, "wrap"),
+            (Some(&wrapped), None, "leave"),
+            (Some(&tune), injected(true), "skip"),
+            (Some(&cmd), Some(not.clone()), "skip"),
+            (None, Some(not), "skip"),
+            (None, injected(true), "leave"),
+            (None, injected(false), "skip"),
+            (None, None, "leave"),
+        ];
+        for (command, runtime, expected) in cases {
+            assert_eq!(
+                kind(decide(command, runtime.as_ref(), "R")),
+                expected,
+                "{command:?} {runtime:?}"
+            );
+        }
+        let Decision::Skip(why) = decide(None, injected(false).as_ref(), "R") else {
+            panic!()
+        };
+        assert!(why.contains("set spec.trainer.command"), "{why}");
+        let Decision::Wrap(note) = decide(Some(&cmd), None, "R") else {
+            panic!()
+        };
+        assert!(
+            note.starts_with("warning: its runtime R is not in this input"),
+            "{note}"
+        );
+        assert!(!is_torchtune(&strings(&["tune", "run", "x"])));
+    }
+
+    fn prepared_pod(command: Option<Value>, env: bool) -> Value {
+        let mut node = json!({"name": "node", "volumeMounts": [{"name": "meshwrap-bin", "mountPath": "/mesh"}]});
+        if let Some(c) = command {
+            node["command"] = c;
+        }
+        if env {
+            node["env"] = json!([{"name": MARK, "value": "on-success"}]);
+        }
+        json!({"metadata": {"annotations": {STATUS: r#"{"container":"node","quitPolicy":"on-success","guard":true}"#}},
+            "spec": {"containers": [node, {"name": GUARD_CONTAINER}]}})
+    }
+
+    #[test]
+    fn a_prepared_container_whose_command_does_not_start_meshwrap_is_completed() {
+        let Some(Completion::Wrap { op, .. }) = complete(&prepared_pod(Some(json!(["python"])), true)) else {
+            panic!()
+        };
+        let Op::Insert { values, .. } = op else { panic!() };
+        assert_eq!(values, strings(&["/mesh/meshwrap", "--"]));
+        let Some(Completion::Wrap { op, .. }) = complete(&prepared_pod(Some(json!(["python"])), false)) else {
+            panic!()
+        };
+        let Op::Insert { values, .. } = op else { panic!() };
+        assert_eq!(
+            values,
+            strings(&[
+                "/mesh/meshwrap",
+                "--quit-policy",
+                "on-success",
+                "--guard-dir",
+                GUARD_DIR,
+                "--"
+            ])
+        );
+        assert!(matches!(
+            complete(&prepared_pod(None, true)),
+            Some(Completion::NoCommand { .. })
+        ));
+        assert_eq!(
+            complete(&prepared_pod(Some(json!(["/mesh/meshwrap", "--", "x"])), true)),
+            None
+        );
+        let mut unprepared = prepared_pod(Some(json!(["python"])), true);
+        unprepared["spec"]["containers"][0]["volumeMounts"] = json!([]);
+        assert_eq!(complete(&unprepared), None, "not a container meshwrap prepared");
+    }
 }
