@@ -2,7 +2,8 @@
 //! TrainingRuntime or ClusterTrainingRuntime), except that its
 //! `spec.trainer.command`, `args` and `image` REPLACE the `node` container's
 //! in the Job labelled as the trainer, and its `env` is merged into them
-//! (the facts, cited: `operators::TRAINER`). So meshwrap's command prefix,
+//! (the facts, cited: `operators::TRAINER_OVERRIDE`, `TRAINER_RUNTIME_REF`
+//! and `TRAINER_PODS`). So meshwrap's command prefix,
 //! written into a runtime, is gone the moment a TrainJob sets a command,
 //! while the guard and the quit switches stay: under `on-success` that guard
 //! gives up after `--start-timeout` without a quit, and the pod never ends.
@@ -473,7 +474,7 @@ fn trainer_command(object: &Value) -> Result<Option<&[Value]>, String> {
 }
 
 /// Trainer's torchtune entrypoint, which its torch plugin recognises by
-/// equality and rewrites (`operators::TRAINER`).
+/// equality and rewrites (`operators::TRAINER_OVERRIDE`).
 pub const TORCHTUNE_ENTRYPOINT: [&str; 2] = ["tune", "run"];
 
 fn is_torchtune(command: &[Value]) -> bool {
