@@ -10,7 +10,9 @@
 //!   through meshwrap, with meshwrap's settings: no guard waits beside an
 //!   unwrapped command;
 //! - a TrainJob with no command, on a runtime of Trainer's whose node has
-//!   none, is a skip naming `spec.trainer.command`, and nothing is written.
+//!   none, is a skip naming `spec.trainer.command`, and nothing is written;
+//! - the KRM function decides a TrainJob against the runtime in its
+//!   ResourceList (the one test here that needs no ../shared).
 //!
 //! Without ../shared: a failure in CI (CI or POD_TESTS_REQUIRED set),
 //! elsewhere one line and the test passes unchecked.
@@ -211,6 +213,51 @@ spec:
              its runtime ClusterTrainingRuntime torch-distributed sets a command"
         ) && run.stderr.contains("set spec.trainer.command"),
         "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn the_krm_function_decides_a_trainjob_against_the_runtime_in_its_resource_list() {
+    let list = r#"apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+functionConfig:
+  apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: meshwrap}
+  data: {image: registry.example.com/meshwrap:0.1.0}
+items:
+  - apiVersion: trainer.kubeflow.org/v1alpha1
+    kind: TrainJob
+    metadata: {name: bare}
+    spec:
+      runtimeRef: {name: entrypoint}
+  - apiVersion: trainer.kubeflow.org/v1alpha1
+    kind: ClusterTrainingRuntime
+    metadata: {name: entrypoint}
+    spec:
+      template:
+        spec:
+          replicatedJobs:
+            - name: node
+              template:
+                metadata:
+                  labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}
+                spec:
+                  template:
+                    spec:
+                      containers:
+                        - {name: node, image: pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime}
+"#;
+    let run = kubectl_meshwrap(&["fn"], list);
+    // The runtime comes after the TrainJob, in the same list: it is known.
+    assert!(
+        run.stdout.contains(
+            "TrainJob/bare spec.trainer: neither spec.trainer.command nor the node container of its runtime \
+             ClusterTrainingRuntime entrypoint sets a command"
+        ),
+        "{}\n{}",
+        run.stdout,
         run.stderr
     );
 }
