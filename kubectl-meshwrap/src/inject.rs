@@ -16,6 +16,13 @@
 //! memory stays one document's. Pods left alone on purpose (opted out, on
 //! the node's network, Windows) are "unchanged", not skips.
 //!
+//! Kubeflow Trainer: a TrainJob is decided against its runtime (`trainer.rs`),
+//! which may be in any input, before or after it; so the runtimes of every
+//! input are read first (planned on their own, nothing written), then the
+//! inputs are run in order. A runtime whose text edit is later refused (a
+//! YAML anchor where meshwrap edits) was counted as injected: its own line
+//! is the skip that fails the run.
+//!
 //! Symlinks are resolved: `--in-place` replaces the file a link points to
 //! (the link stays), and a folder walk visits each file and folder once by
 //! its resolved path, so a link loop or a second name for a file cannot

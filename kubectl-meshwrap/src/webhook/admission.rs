@@ -334,9 +334,7 @@ fn decide(pod: &Value, settings: &Settings, decision: &mut Decision) -> Vec<Valu
     // A status this webhook or inject wrote, over a wrapped container whose
     // command no longer starts meshwrap (a TrainJob replaced it): the wrap
     // is completed, not "already injected" (its guard would wait forever).
-    if previous.is_none()
-        && let Some(completion) = trainer::complete(pod)
-    {
+    if let Some(completion) = previous.is_none().then(|| trainer::complete(pod)).flatten() {
         return completed(completion, decision);
     }
     let place = place(pod);
