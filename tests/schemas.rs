@@ -202,7 +202,11 @@ fn crd_to_json_schema(schema: &Value, strict: bool) -> Value {
 }
 
 fn crd_checks(label: &str, path: &str, kind: &str) -> Vec<Check> {
-    let schema = crd_schema(path, kind, if kind == "Workflow" { "v1alpha1" } else { "v1" });
+    let version = match kind {
+        "Workflow" | "TrainJob" | "TrainingRuntime" | "ClusterTrainingRuntime" => "v1alpha1",
+        _ => "v1",
+    };
+    let schema = crd_schema(path, kind, version);
     [true, false]
         .map(|strict| {
             let how = if strict { "strict" } else { "as published" };
@@ -255,6 +259,19 @@ fn checks_for(doc: &Value) -> Vec<Check> {
             "training-operator 1.9 PyTorchJob CRD",
             "kubeflow/kubeflow.org_pytorchjobs.yaml",
             "PyTorchJob",
+        ),
+        // Kubeflow Trainer's CRDs, from ../shared/upstream-corpus (beside
+        // ../shared/k8s-schemas, which the paths here start from).
+        (
+            Some("trainer.kubeflow.org/v1alpha1"),
+            Some(kind @ ("TrainJob" | "TrainingRuntime" | "ClusterTrainingRuntime")),
+        ) => crd_checks(
+            &format!("kubeflow/trainer {kind} CRD"),
+            &format!(
+                "../upstream-corpus/_crds/kubeflow+trainer/manifests/base/crds/trainer.kubeflow.org_{}s.yaml",
+                kind.to_ascii_lowercase()
+            ),
+            kind,
         ),
         (Some("argoproj.io/v1alpha1"), Some("Workflow")) => {
             let mut checks = crd_checks(

@@ -16,6 +16,13 @@
 //! memory stays one document's. Pods left alone on purpose (opted out, on
 //! the node's network, Windows) are "unchanged", not skips.
 //!
+//! Kubeflow Trainer: a TrainJob is decided against its runtime (`trainer.rs`),
+//! which may be in any input, before or after it; so the runtimes of every
+//! input are read first (planned on their own, nothing written), then the
+//! inputs are run in order. A runtime whose text edit is later refused (a
+//! YAML anchor where meshwrap edits) was counted as injected: its own line
+//! is the skip that fails the run.
+//!
 //! Symlinks are resolved: `--in-place` replaces the file a link points to
 //! (the link stays), and a folder walk visits each file and folder once by
 //! its resolved path, so a link loop or a second name for a file cannot
@@ -25,6 +32,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::stream::{self, Entry, Verdict};
+use crate::trainer::Runtimes;
 use crate::transform::Options;
 use crate::workloads::TemplatePath;
 
@@ -198,10 +206,16 @@ pub fn run(req: &Request) -> i32 {
             }
         }
     }
+    // A TrainJob is decided against its runtime when the runtime is in
+    // the run, in any input and before or after it: all are read first.
+    let mut runtimes = Runtimes::default();
+    for (_, text) in &texts {
+        runtimes.learn(text, &req.options);
+    }
     let outcome = if req.in_place || req.diff {
-        in_place(req, &texts)
+        in_place(req, &texts, &runtimes)
     } else {
-        to_stdout(req, &texts)
+        to_stdout(req, &texts, &runtimes)
     };
     match outcome {
         Ok(tally) => tally.verdict(req.allow_skip),
@@ -280,11 +294,11 @@ impl Tally {
 /// `--in-place`: every file transformed first, then written only when the
 /// run may be written. `--diff`: the same, printed as a unified diff
 /// instead of written (a run that would write nothing prints nothing).
-fn in_place(req: &Request, texts: &[(&Input, String)]) -> Result<Tally, String> {
+fn in_place(req: &Request, texts: &[(&Input, String)], runtimes: &Runtimes) -> Result<Tally, String> {
     let mut tally = Tally::default();
     let mut replaced = Vec::new();
     for (input, text) in texts {
-        let (new, entries) = stream::run_to_string(text, &req.options, &req.taught, None);
+        let (new, entries) = stream::run_to_string(text, &req.options, &req.taught, None, runtimes);
         tally.count(&input.shown.display().to_string(), &entries);
         if new != *text {
             replaced.push((input, text, new));
@@ -311,7 +325,7 @@ fn in_place(req: &Request, texts: &[(&Input, String)]) -> Result<Tally, String> 
 
 /// To stdout, one stream (inputs separated by `---`), spooled until the run
 /// is known to be writable.
-fn to_stdout(req: &Request, texts: &[(&Input, String)]) -> Result<Tally, String> {
+fn to_stdout(req: &Request, texts: &[(&Input, String)], runtimes: &Runtimes) -> Result<Tally, String> {
     let temporary = |e: std::io::Error| format!("a temporary file for the output: {e}");
     let (path, spool) = meshwrap::install::create_temporary(&std::env::temp_dir()).map_err(temporary)?;
     // Read back through a second descriptor; the name goes at once.
@@ -340,7 +354,7 @@ fn to_stdout(req: &Request, texts: &[(&Input, String)]) -> Result<Tally, String>
         if several && i > 0 && !text.starts_with("---") {
             put("---\n");
         }
-        let entries = stream::run(text, &req.options, &req.taught, None, &mut put);
+        let entries = stream::run(text, &req.options, &req.taught, None, runtimes, &mut put);
         if several && last.get() != b'\n' {
             put("\n");
         }

@@ -229,7 +229,10 @@ pub fn run(flags: &Options, taught: &[TemplatePath], strict_flag: bool) -> i32 {
             }],
         }
     };
-    let (done, entries) = stream::run_to_string(&text, &opts, taught, Some(&add_results));
+    // The ResourceList's runtimes, for its TrainJobs (one input: all of it).
+    let mut runtimes = crate::trainer::Runtimes::default();
+    runtimes.learn(&text, &opts);
+    let (done, entries) = stream::run_to_string(&text, &opts, taught, Some(&add_results), &runtimes);
     let errors = entries.iter().any(|e| e.verdict == Verdict::Error)
         || (strict && entries.iter().any(|e| e.verdict == Verdict::Skipped));
     let mut stdout = std::io::stdout().lock();

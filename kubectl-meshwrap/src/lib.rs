@@ -19,6 +19,7 @@ pub mod operators;
 pub mod patch;
 pub mod restart;
 pub mod stream;
+pub mod trainer;
 pub mod transform;
 pub mod webhook;
 pub mod workloads;

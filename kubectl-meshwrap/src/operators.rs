@@ -15,6 +15,10 @@
 //! an operator version this table does not know), the template is skipped
 //! with the field to set, never guessed.
 //!
+//! Beside it, one table per subject of what Kubeflow Trainer v2 does to
+//! the pods it builds, which `trainer.rs` rests on ([`TRAINER_OVERRIDE`],
+//! [`TRAINER_RUNTIME_REF`], [`TRAINER_PODS`]), cited the same way.
+//!
 //! Each fact has its own unit test below, named after it, that runs the
 //! manifest through [`crate::workloads::find`] and [`crate::transform::plan`]
 //! to the quit policy inject writes.
@@ -330,6 +334,95 @@ pub fn replica_pod_policy(replica_policy: &str) -> &str {
     }
 }
 
+/// One behaviour of an upstream that a rule of kubectl-meshwrap rests on,
+/// with the repository, path, version and lines that say so.
+#[derive(Debug)]
+pub struct Cited {
+    pub fact: &'static str,
+    pub source: &'static str,
+}
+
+/// Kubeflow Trainer v2: what a TrainJob's `spec.trainer` does to the pods
+/// Trainer builds from its runtime (`trainer.rs` rests on each row).
+pub const TRAINER_OVERRIDE: &[Cited] = &[
+    Cited {
+        fact: "the trainer's container is the one named node, in the replicated Job whose template's labels carry \
+               trainer.kubeflow.org/trainjob-ancestor-step: trainer; no other Job or container is overridden",
+        source: "kubeflow/trainer v2.3.0 pkg/runtime/framework/plugins/jobset/builder.go Builder.Trainer lines \
+                 113-127; pkg/constants/constants.go lines 41 (LabelTrainJobAncestor), 66 (AncestorTrainer), 69 (Node)",
+    },
+    Cited {
+        fact: "spec.trainer.image, command and args, each when not nil, replace node's: meshwrap's command prefix \
+               goes with the command (an empty list is not nil, and replaces it too)",
+        source: "kubeflow/trainer v2.3.0 pkg/runtime/framework/plugins/jobset/builder.go Builder.Trainer lines \
+                 128-138 (Containers[j].Command = command)",
+    },
+    Cited {
+        fact: "spec.trainer.env is upserted into node's env by name: the runtime's other variables (meshwrap's \
+               MESHWRAP_*) stay",
+        source: "kubeflow/trainer v2.3.0 pkg/runtime/framework/plugins/jobset/builder.go Builder.Trainer lines \
+                 142-153; pkg/apply/apply.go UpsertEnvVars line 37 (byEnvVarName)",
+    },
+    Cited {
+        fact: "a TrainJob command equal to [tune, run] turns on the torch plugin's torchtune handling, which rewrites \
+               the command; any other command (a wrapped one) does not",
+        source: "kubeflow/trainer v2.3.0 pkg/runtime/framework/plugins/torch/torch.go lines 81 and 175 \
+                 (slices.Equal(trainJob.Spec.Trainer.Command, constants.TorchTuneEntrypoint)); \
+                 pkg/constants/constants.go line 315",
+    },
+    Cited {
+        fact: "with mlPolicy.flux, the flux plugin sets the TrainJob's command to [/bin/bash, \
+               /etc/flux-config/entrypoint.sh, CMD], CMD the runtime's or TrainJob's command and args joined into \
+               one string, and clears args: node never runs a command inject wrote",
+        source: "kubeflow/trainer v2.3.0 pkg/runtime/framework/plugins/flux/flux.go EnforceMLPolicy lines 134-152, \
+                 getOriginalCommand lines 377-400",
+    },
+];
+
+/// Kubeflow Trainer v2: how a TrainJob names its runtime (`trainer.rs`
+/// finds a TrainJob's runtime in the run by these).
+pub const TRAINER_RUNTIME_REF: &[Cited] = &[
+    Cited {
+        fact: "spec.runtimeRef.name names the runtime; apiGroup defaults to trainer.kubeflow.org and kind to \
+               ClusterTrainingRuntime",
+        source: "kubeflow/trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go RuntimeRef lines 156-178 \
+                 (+kubebuilder:default)",
+    },
+    Cited {
+        fact: "a namespaced TrainingRuntime must be in the TrainJob's namespace; a ClusterTrainingRuntime has none",
+        source: "kubeflow/trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go lines 157-159",
+    },
+    Cited {
+        fact: "spec.trainer is immutable (self == oldSelf): a TrainJob is wrapped before it is created, or its pods \
+               by the webhook",
+        source: "kubeflow/trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go line 114",
+    },
+];
+
+/// Kubeflow Trainer v2: what a TrainJob can put on its pods, and what the
+/// pods Trainer builds carry (the webhook's view of them).
+pub const TRAINER_PODS: &[Cited] = &[
+    Cited {
+        fact: "a TrainJob has no pod template; spec.runtimePatches may add labels and annotations to a replicated \
+               Job's pod template and patch a few spec fields, but no container's command, and no env of node",
+        source: "kubeflow/trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go RuntimePatches line 124, \
+                 PodTemplatePatch lines 378-387, ContainerPatch lines 466-486 (env, volumeMounts, securityContext; env not for node)",
+    },
+    Cited {
+        fact: "the JobSet is built from the runtime's spec.template, so its pod templates' annotations (meshwrap's \
+               status) and containers (the guard, node's mounts and env) reach the pods",
+        source: "kubeflow/trainer v2.3.0 pkg/runtime/core/trainingruntime.go newRuntimeInfo lines 140-183 \
+                 (WithTemplateSpecObjApply of the runtime's JobSet spec)",
+    },
+    Cited {
+        fact: "trainer.kubeflow.org/trainjob-ancestor-step is a label of the replicated Job's template, read there, \
+               not of the pod template: the webhook tells a pod meshwrap prepared by meshwrap's own marks (its \
+               status annotation, the /mesh mount of the container it names), not by Trainer's labels",
+        source: "kubeflow/trainer v2.3.0 pkg/runtime/framework/plugins/jobset/builder.go lines 116-118 \
+                 (rJob.Template.ObjectMetaApplyConfiguration.Labels)",
+    },
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -565,6 +658,17 @@ mod tests {
             policies(named),
             [pair("spec.replicatedJobs[0].template.spec.template", "always")]
         );
+    }
+
+    #[test]
+    fn every_trainer_fact_cites_the_release_it_was_read_at() {
+        for table in [TRAINER_OVERRIDE, TRAINER_RUNTIME_REF, TRAINER_PODS] {
+            assert!(!table.is_empty());
+            for c in table {
+                assert!(c.source.starts_with("kubeflow/trainer v2.3.0 pkg/"), "{c:?}");
+                assert!(c.source.contains("line"), "{c:?}");
+            }
+        }
     }
 
     #[test]

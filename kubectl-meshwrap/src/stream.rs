@@ -34,6 +34,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use crate::patch::{self, Op, Path, Seg};
+use crate::trainer::{self, Runtimes};
 use crate::transform::{self, Options, Outcome, Place};
 use crate::workloads::{self, TemplatePath};
 use crate::yaml::{edit, tree};
@@ -83,6 +84,7 @@ pub fn run(
     opts: &Options,
     taught: &[TemplatePath],
     extra: Option<Extra>,
+    runtimes: &Runtimes,
     sink: &mut dyn FnMut(&str),
 ) -> Vec<Entry> {
     let body = text.strip_prefix(BOM).unwrap_or(text);
@@ -91,6 +93,7 @@ pub fn run(
         opts,
         taught,
         extra,
+        runtimes,
         json: false,
     };
     let mut entries = Vec::new();
@@ -157,9 +160,10 @@ pub fn run_to_string(
     opts: &Options,
     taught: &[TemplatePath],
     extra: Option<Extra>,
+    runtimes: &Runtimes,
 ) -> (String, Vec<Entry>) {
     let mut out = String::with_capacity(text.len() + text.len() / 2);
-    let entries = run(text, opts, taught, extra, &mut |piece| out.push_str(piece));
+    let entries = run(text, opts, taught, extra, runtimes, &mut |piece| out.push_str(piece));
     (out, entries)
 }
 
@@ -278,6 +282,8 @@ struct Context<'a> {
     opts: &'a Options,
     taught: &'a [TemplatePath],
     extra: Option<Extra<'a>>,
+    /// The Trainer runtimes of the run, for its TrainJobs.
+    runtimes: &'a Runtimes,
     /// The document is one JSON value.
     json: bool,
 }
@@ -434,7 +440,7 @@ fn document(text: &str, doc: &tree::Document, cx: &Context, entries: &mut Vec<En
     let mut units: Vec<Unit> = found
         .into_iter()
         .map(|w| {
-            let mut unit = plan_unit(&mut working, w, cx.opts);
+            let mut unit = plan_unit(&mut working, w, cx.opts, cx.runtimes);
             compact(&mut working, &mut unit);
             unit
         })
@@ -496,7 +502,7 @@ fn line_of(text: &str, at: usize) -> usize {
 
 /// Plans every pod template of `workload` on `working` (which gets the
 /// additions).
-fn plan_unit(working: &mut Value, workload: workloads::Workload, opts: &Options) -> Unit {
+fn plan_unit(working: &mut Value, workload: workloads::Workload, opts: &Options, runtimes: &Runtimes) -> Unit {
     let object = patch::get(working, &workload.at).unwrap_or(working);
     let about = entry(Verdict::Skipped, object, String::new(), String::new());
     let what = |label: &str| {
@@ -528,6 +534,11 @@ fn plan_unit(working: &mut Value, workload: workloads::Workload, opts: &Options)
             .push((say(Verdict::LongRunning, what(""), String::new()), None));
         return unit;
     }
+    if trainer::is_trainjob(object) {
+        let (verdict, message, place) = trainjob(working, &workload.at, runtimes, &mut unit);
+        unit.entries.push((say(verdict, what("spec.trainer"), message), place));
+        return unit;
+    }
     let places = match workload.places {
         Ok(places) => places,
         Err(why) => {
@@ -549,11 +560,33 @@ fn plan_unit(working: &mut Value, workload: workloads::Workload, opts: &Options)
     }
     for place in places {
         let label = what(&place.label);
-        let (verdict, message, injected) = judged(transform::plan(working, &place, opts), working, &mut unit);
+        let outcome = if trainer::is_runtime(&workload.kind) {
+            trainer::plan_runtime(working, &place, opts)
+        } else {
+            transform::plan(working, &place, opts)
+        };
+        let (verdict, message, injected) = judged(outcome, working, &mut unit);
         unit.entries
             .push((say(verdict, label, message), injected.then_some(place)));
     }
     unit
+}
+
+/// A TrainJob ([`trainer::trainjob`]): its verdict and message, its ops
+/// applied to `working` and kept, and its place once wrapped.
+fn trainjob(working: &mut Value, at: &Path, runtimes: &Runtimes, unit: &mut Unit) -> (Verdict, String, Option<Place>) {
+    match trainer::trainjob(working, at, runtimes) {
+        trainer::Job::Wrap(ops, message, place) => {
+            for op in &ops {
+                patch::apply(working, op);
+            }
+            unit.ops.extend(ops);
+            unit.live = true;
+            (Verdict::Injected, message, Some(place))
+        }
+        trainer::Job::Leave(why) => (Verdict::Unchanged, why, None),
+        trainer::Job::Skip(why) => (Verdict::Skipped, why, None),
+    }
 }
 
 /// What one plan means for the unit: its ops applied to the working JSON

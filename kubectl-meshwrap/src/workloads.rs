@@ -265,24 +265,33 @@ fn places_of(doc: &Value, at: &Path, object: &Value, kind: &str) -> Option<Resul
         }
         ("kubeflow.org", k) if kubeflow(k).is_some() => Some(Ok(kubeflow_places(object, at, api, k))),
         ("jobset.x-k8s.io", "JobSet") => each("spec.replicatedJobs[].template.spec.template", None),
-        ("trainer.kubeflow.org", "TrainingRuntime" | "ClusterTrainingRuntime") => {
-            each("spec.template.spec.replicatedJobs[].template.spec.template", Some("node"))
-        }
-        ("trainer.kubeflow.org", "TrainJob") => Some(Err(
-            "a TrainJob's overrides cannot add the init container and guard meshwrap needs: inject its TrainingRuntime or ClusterTrainingRuntime instead".into(),
-        )),
+        ("trainer.kubeflow.org", "TrainingRuntime" | "ClusterTrainingRuntime") => each(
+            "spec.template.spec.replicatedJobs[].template.spec.template",
+            Some("node"),
+        ),
+        // No pod template of its own: its spec.trainer.command overrides its
+        // runtime's node container, decided by `trainer::trainjob`.
+        ("trainer.kubeflow.org", "TrainJob") => Some(Ok(Vec::new())),
         ("ray.io", "RayJob") if object.pointer("/spec/submitterPodTemplate").is_some() => {
             one(&["spec", "submitterPodTemplate"], Some("ray-job-submitter"))
         }
         // No template here: `nothing_to_wrap` says why, as a note.
         ("ray.io", "RayJob" | "RayCluster" | "RayService") => Some(Ok(Vec::new())),
         ("argoproj.io", "Workflow" | "WorkflowTemplate" | "ClusterWorkflowTemplate" | "CronWorkflow") => {
-            let spec = if kind == "CronWorkflow" { p(&["spec", "workflowSpec"]) } else { p(&["spec"]) };
+            let spec = if kind == "CronWorkflow" {
+                p(&["spec", "workflowSpec"])
+            } else {
+                p(&["spec"])
+            };
             Some(Ok(argo_places(doc, spec)))
         }
         _ if has_containers(object) => Some(Err(format!(
             "unknown kind {}{kind} holds containers: not changed; teach it with --template-path {kind}=PATH (e.g. spec.template)",
-            if api.is_empty() { String::new() } else { format!("{api} ") }
+            if api.is_empty() {
+                String::new()
+            } else {
+                format!("{api} ")
+            }
         ))),
         _ => None,
     }

@@ -212,6 +212,31 @@ fn the_fixtures_decide_what_the_issue_says() {
     ] {
         assert_eq!(out(name)["patched"], false, "{name}");
     }
+    // #36 point 6: a pod Trainer built from an injected runtime, whose node
+    // command a TrainJob replaced, is wrapped again (settings from node's
+    // MESHWRAP_* env, or from the status where an older runtime lacks it);
+    // a prepared node with no command at all is admitted with the reason.
+    let overridden = out("trainer-node-overridden");
+    assert_eq!(overridden["patched"], true);
+    assert_eq!(command(&overridden, "node")[..3], ["/mesh/meshwrap", "--", "bash"]);
+    let old = out("trainer-node-old-runtime");
+    assert_eq!(
+        command(&old, "node")[..6],
+        [
+            "/mesh/meshwrap",
+            "--quit-policy",
+            "on-success",
+            "--guard-dir",
+            "/run/meshwrap",
+            "--"
+        ]
+    );
+    let bare = out("trainer-node-no-command");
+    assert_eq!(bare["patched"], false);
+    assert!(
+        bare["warnings"][0].as_str().unwrap().contains("spec.trainer.command"),
+        "{bare}"
+    );
     let again = out("skipped-before");
     assert_eq!(status(&again)["container"], "etl", "a skipped pod is decided again");
 
@@ -318,7 +343,7 @@ fn every_pod_template_of_injects_goldens_comes_out_of_the_webhook_as_out_of_inje
     use kubectl_meshwrap::transform::Restart;
     let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let ca = Ca::new("both-ways CA");
-    let mut compared = 0;
+    let (mut compared, mut trainer_nodes) = (0, 0);
     let mut inputs: Vec<PathBuf> = std::fs::read_dir(&golden)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -377,7 +402,34 @@ fn every_pod_template_of_injects_goldens_comes_out_of_the_webhook_as_out_of_inje
                         continue;
                     }
                     let pod = pods_of(doc, &place, &workload.kind);
-                    let expected = pods_of(done, &place, &workload.kind);
+                    let mut expected = pods_of(done, &place, &workload.kind);
+                    // A Trainer runtime's trainer node gets inject's
+                    // MESHWRAP_* env for a TrainJob's command, which a pod
+                    // (built after the TrainJob's override) has no use for;
+                    // one with no command inject prepares, unwrapped, which
+                    // the webhook, seeing no command, skips.
+                    if kubectl_meshwrap::trainer::is_runtime(&workload.kind)
+                        && kubectl_meshwrap::trainer::overridden(doc, &place)
+                    {
+                        let node = |p: &Value| {
+                            p["spec"]["containers"]
+                                .as_array()
+                                .unwrap()
+                                .iter()
+                                .position(|c| c["name"] == "node")
+                        };
+                        let Some(i) = node(&pod) else { continue };
+                        if pod["spec"]["containers"][i].get("command").is_none() {
+                            continue;
+                        }
+                        let theirs = &mut expected["spec"]["containers"][i];
+                        let env = theirs["env"].as_array_mut().unwrap();
+                        env.retain(|e| !e["name"].as_str().unwrap().starts_with("MESHWRAP_"));
+                        if env.is_empty() && pod["spec"]["containers"][i].get("env").is_none() {
+                            theirs.as_object_mut().unwrap().remove("env");
+                        }
+                        trainer_nodes += 1;
+                    }
                     let answer = post(&mut client, &review_of(&pod, "both"));
                     let (mut patched, _) = apply(&answer, &pod);
                     // A skip is written down by the webhook only.
@@ -403,6 +455,7 @@ fn every_pod_template_of_injects_goldens_comes_out_of_the_webhook_as_out_of_inje
         }
     }
     assert!(compared >= 30, "only {compared} templates compared");
+    assert!(trainer_nodes >= 1, "no Trainer runtime's trainer node compared");
 }
 
 #[test]

@@ -22,6 +22,7 @@ use base64::Engine;
 use serde_json::{Map, Value, json};
 
 use crate::patch::{json_patch, key};
+use crate::trainer::{self, Completion};
 use crate::transform::{self, INJECT, Options, Outcome, Place, Restart, STATUS};
 use crate::workloads;
 
@@ -342,6 +343,12 @@ fn decide(pod: &Value, settings: &Settings, decision: &mut Decision) -> Vec<Valu
     } else {
         pod
     };
+    // A status this webhook or inject wrote, over a wrapped container whose
+    // command no longer starts meshwrap (a TrainJob replaced it): the wrap
+    // is completed, not "already injected" (its guard would wait forever).
+    if let Some(completion) = previous.is_none().then(|| trainer::complete(pod)).flatten() {
+        return completed(completion, decision);
+    }
     let place = place(pod);
     match transform::plan(pod, &place, &settings.options) {
         Outcome::Injected {
@@ -392,6 +399,30 @@ fn decide(pod: &Value, settings: &Settings, decision: &mut Decision) -> Vec<Valu
             transform::status_op(pod, &[key("metadata")], status)
                 .map(|op| json_patch(&[op]))
                 .unwrap_or_default()
+        }
+    }
+}
+
+/// A wrap completed ([`trainer::complete`]), or why it cannot be (admitted
+/// as it is: the pod's creation is never refused for it).
+fn completed(completion: Completion, decision: &mut Decision) -> Vec<Value> {
+    match completion {
+        Completion::Wrap { container, op } => {
+            decision.outcome = "injected";
+            decision.code = "completed";
+            decision.reason = format!(
+                "container {container}: prepared for meshwrap, but its command (replaced, as a TrainJob's \
+                 spec.trainer.command replaces node's) did not start it: wrapped again"
+            );
+            decision.container = Some(container);
+            json_patch(&[op])
+        }
+        Completion::NoCommand { container, why } => {
+            decision.outcome = "skipped";
+            decision.code = "no-command";
+            decision.reason = why;
+            decision.container = Some(container);
+            Vec::new()
         }
     }
 }
