@@ -226,12 +226,13 @@ pub enum NativeProof {
 }
 
 /// From this release of a channel (`edge-` 23.11.4), the injector reads the
-/// `native` rule numbered `rule`.
+/// `native` rule numbered `rule` (`None`: it reads no native switch, as in a
+/// release line that never got a backport).
 #[derive(Debug)]
 pub struct Since {
     pub channel: &'static str,
     pub from: [u32; 3],
-    pub rule: usize,
+    pub rule: Option<usize>,
 }
 
 /// `24.2.4` as [24, 2, 4]; any other shape is none.
@@ -279,6 +280,51 @@ pub struct ArgoKill {
     pub sources: &'static [Source],
 }
 
+/// A pod annotation that gives the quit its path, read only where its
+/// switch (`under`) does not read off.
+#[derive(Debug)]
+pub struct PathMover {
+    pub key: Key,
+    pub under: Option<(Key, Parser)>,
+    pub source: Source,
+}
+
+/// A quit endpoint in the pod that must never be used, and why.
+#[derive(Debug)]
+pub struct AdminQuit {
+    pub port: u16,
+    pub path: &'static str,
+    pub why: &'static str,
+    pub source: Source,
+}
+
+/// An annotation kubectl-meshwrap writes on a Job's pod where the user set
+/// none, and only where the switch it belongs to (`under`) does not read
+/// off: a setting of a feature the pod turned off is never written.
+#[derive(Debug)]
+pub struct JobSetting {
+    pub key: Key,
+    pub value: &'static str,
+    pub under: Option<(Key, Parser)>,
+    pub why: &'static str,
+    pub source: Source,
+}
+
+impl JobSetting {
+    /// The setting belongs here: its switch, if any, does not read off.
+    pub fn applies(&self, get: Get) -> bool {
+        self.under
+            .is_none_or(|(key, parser)| get(key).is_none_or(|v| parser.read(v) != Read::Off))
+    }
+}
+
+/// Nothing in the pod may quit the proxy: who stops it instead.
+#[derive(Debug)]
+pub struct NoQuit {
+    pub why: &'static str,
+    pub sources: &'static [Source],
+}
+
 /// Everything known of one mesh.
 #[derive(Debug)]
 pub struct Mesh {
@@ -303,6 +349,14 @@ pub struct Mesh {
     pub endpoints_source: Source,
     pub movers: &'static [Mover],
     pub argo_kill: Option<ArgoKill>,
+    /// What gives the quit its path, where an annotation may.
+    pub quit_path: Option<PathMover>,
+    /// A quit that must never be sent (warned about where a user points at it).
+    pub admin_quit: Option<AdminQuit>,
+    /// What a Job's pod needs written (kubectl-meshwrap).
+    pub job_settings: &'static [JobSetting],
+    /// The proxy is never quit from the pod (`quit` is none), and why.
+    pub no_quit: Option<NoQuit>,
 }
 
 pub const ISTIO: Mesh = Mesh {
@@ -386,6 +440,10 @@ pub const ISTIO: Mesh = Mesh {
         needs_quit_switch: false,
         sources: &[src("argoproj/argo-workflows", "docs/sidecar-injection.md", "v3.6.0")],
     }),
+    quit_path: None,
+    admin_quit: None,
+    job_settings: &[],
+    no_quit: None,
 };
 
 const LINKERD_STABLE: Key = ann("config.linkerd.io/proxy-enable-native-sidecar");
@@ -449,17 +507,17 @@ pub const LINKERD: Mesh = Mesh {
             Since {
                 channel: "edge-",
                 from: [23, 11, 4],
-                rule: 0,
+                rule: Some(0),
             },
             Since {
                 channel: "edge-",
                 from: [25, 10, 2],
-                rule: 1,
+                rule: Some(1),
             },
             Since {
                 channel: "edge-",
                 from: [26, 5, 2],
-                rule: 2,
+                rule: Some(2),
             },
         ],
         source: src(
@@ -511,6 +569,10 @@ pub const LINKERD: Mesh = Mesh {
             ),
         ],
     }),
+    quit_path: None,
+    admin_quit: None,
+    job_settings: &[],
+    no_quit: None,
 };
 
 pub const VAULT: Mesh = Mesh {
@@ -576,6 +638,10 @@ pub const VAULT: Mesh = Mesh {
         ),
     }],
     argo_kill: None,
+    quit_path: None,
+    admin_quit: None,
+    job_settings: &[],
+    no_quit: None,
 };
 
 pub const DAPR: Mesh = Mesh {
@@ -640,6 +706,150 @@ pub const DAPR: Mesh = Mesh {
     ),
     movers: &[],
     argo_kill: None,
+    quit_path: None,
+    admin_quit: None,
+    job_settings: &[],
+    no_quit: None,
+};
+
+const CONSUL_K8S: &str = "hashicorp/consul-k8s";
+const CONSUL_LIFECYCLE: Key = ann("consul.hashicorp.com/enable-sidecar-proxy-lifecycle");
+
+pub const CONSUL: Mesh = Mesh {
+    name: "consul",
+    proxy: "consul-dataplane",
+    mark: Some(Mark {
+        key: ann("consul.hashicorp.com/connect-inject-status"),
+        parser: Parser::Exact("injected"),
+        source: src(
+            CONSUL_K8S,
+            "control-plane/connect-inject/webhook/mesh_webhook.go (KeyInjectStatus = Injected)",
+            "v2.0.3",
+        ),
+    }),
+    opt_in: &[Rule {
+        versions: "1.x, 2.x",
+        keys: &[ann("consul.hashicorp.com/connect-inject")],
+        parser: Parser::GoBool,
+        source: src(
+            CONSUL_K8S,
+            "control-plane/connect-inject/webhook/mesh_webhook.go (shouldInject: strconv.ParseBool)",
+            "v2.0.3",
+        ),
+    }],
+    no_sidecar: &[],
+    native: &[Rule {
+        versions: "1.6.9+, 1.7.5+, 1.8.2+, 1.9.0+",
+        keys: &[ann("consul.hashicorp.com/enable-consul-dataplane-as-sidecar")],
+        parser: Parser::GoBool,
+        source: src(
+            CONSUL_K8S,
+            "control-plane/connect-inject/lifecycle/lifecycle_configuration.go (EnableConsulDataplaneAsSidecar: \
+             ParseBool, \"\" the default); webhook/mesh_webhook.go (into InitContainers)",
+            "v2.0.3",
+        ),
+    }],
+    native_proof: NativeProof::Version {
+        key: ann("consul.hashicorp.com/consul-k8s-version"),
+        // version.GetHumanVersion: "v" + the release (+fips1402 on FIPS builds).
+        prefixes: &["v"],
+        // The switch came in 1.9.0 and the backports 1.6.9, 1.7.5, 1.8.2:
+        // 1.7.0-1.7.4 and 1.8.0-1.8.1 read none.
+        since: &[
+            Since {
+                channel: "",
+                from: [1, 6, 9],
+                rule: Some(0),
+            },
+            Since {
+                channel: "",
+                from: [1, 7, 0],
+                rule: None,
+            },
+            Since {
+                channel: "",
+                from: [1, 7, 5],
+                rule: Some(0),
+            },
+            Since {
+                channel: "",
+                from: [1, 8, 0],
+                rule: None,
+            },
+            Since {
+                channel: "",
+                from: [1, 8, 2],
+                rule: Some(0),
+            },
+        ],
+        source: src(
+            CONSUL_K8S,
+            "control-plane/connect-inject/webhook/mesh_webhook.go (defaultAnnotations: AnnotationConsulK8sVersion = \
+             version.GetHumanVersion()); version/version.go; AnnotationEnableConsulDataplaneAsSidecar first in \
+             v1.6.9, v1.7.5, v1.8.2, v1.9.0 (absent in v1.6.8, v1.7.4, v1.8.1)",
+            "v2.0.3",
+        ),
+    },
+    quit_switch: None,
+    // consul-dataplane's Envoy admin (-envoy-admin-bind-port, 19000 unless
+    // multi-port) and its lifecycle server at consul-k8s's -graceful-port.
+    ready: Some((19000, "/ready")),
+    quit: Some((20600, "/graceful_shutdown")),
+    endpoints_source: src(
+        CONSUL_K8S,
+        "control-plane/connect-inject/webhook/consul_dataplane_sidecar.go (-graceful-port always passed); \
+         constants/constants.go (DefaultGracefulPort 20600, DefaultGracefulShutdownPath)",
+        "v2.0.3",
+    ),
+    movers: &[Mover {
+        key: ann("consul.hashicorp.com/sidecar-proxy-lifecycle-graceful-port"),
+        moves_ready: false,
+        source: src(
+            CONSUL_K8S,
+            "control-plane/connect-inject/lifecycle/lifecycle_configuration.go (GracefulPort)",
+            "v2.0.3",
+        ),
+    }],
+    argo_kill: None,
+    quit_path: Some(PathMover {
+        key: ann("consul.hashicorp.com/sidecar-proxy-lifecycle-graceful-shutdown-path"),
+        // -graceful-shutdown-path is passed only with the lifecycle on;
+        // off, consul-dataplane serves its own /graceful_shutdown.
+        under: Some((CONSUL_LIFECYCLE, Parser::GoBool)),
+        source: src(
+            CONSUL_K8S,
+            "control-plane/connect-inject/webhook/consul_dataplane_sidecar.go (if enableProxyLifecycle)",
+            "v2.0.3",
+        ),
+    }),
+    admin_quit: Some(AdminQuit {
+        port: 19000,
+        path: "/quitquitquit",
+        why: "consul-dataplane outlives an Envoy quit through its admin and its liveness probe restarts it, so the \
+              pod never completes (consul-k8s #1791): quit through the lifecycle server, \
+              http://127.0.0.1:20600/graceful_shutdown (--sidecar consul)",
+        source: src(
+            "hashicorp/consul-dataplane",
+            "pkg/consuldp/lifecycle.go (gracefulShutdown)",
+            "v2.0.1",
+        ),
+    }),
+    job_settings: &[JobSetting {
+        key: ann("consul.hashicorp.com/sidecar-proxy-lifecycle-shutdown-grace-period-seconds"),
+        value: "0",
+        under: Some((CONSUL_LIFECYCLE, Parser::GoBool)),
+        why: "consul-dataplane's graceful shutdown drains the listeners (when on), then waits out the grace period \
+              (the chart's 30 s) before Envoy's quit; 0 quits as soon as the drain is asked for, and a Job whose \
+              command ended has no connection left to drain",
+        source: src(
+            "hashicorp/consul-dataplane",
+            "pkg/consuldp/lifecycle.go (gracefulShutdown: context.WithTimeout(grace), Drain, <-ctx.Done(), Quit); \
+             consul-k8s v2.0.3 lifecycle_configuration.go (ShutdownGracePeriodSeconds: ParseUint), \
+             charts/consul/values.yaml (defaultShutdownGracePeriodSeconds: 30)",
+            "v2.0.1",
+        ),
+    }],
+    no_quit: None,
 };
 
 pub const CLOUDSQL: Mesh = Mesh {
@@ -658,13 +868,17 @@ pub const CLOUDSQL: Mesh = Mesh {
     endpoints_source: src("GoogleCloudPlatform/cloud-sql-proxy", "cmd/root.go", "v2.25.3"),
     movers: &[],
     argo_kill: None,
+    quit_path: None,
+    admin_quit: None,
+    job_settings: &[],
+    no_quit: None,
 };
 
 /// Every mesh, in the order `--mesh`, `--sidecar auto` and reports use.
-pub const MESHES: [&Mesh; 5] = [&ISTIO, &LINKERD, &VAULT, &DAPR, &CLOUDSQL];
+pub const MESHES: [&Mesh; 6] = [&ISTIO, &LINKERD, &VAULT, &DAPR, &CONSUL, &CLOUDSQL];
 
 /// The meshes whose injector marks the pods it injects: `--sidecar auto`'s.
-pub const MARKED: [&Mesh; 4] = [&ISTIO, &LINKERD, &VAULT, &DAPR];
+pub const MARKED: [&Mesh; 5] = [&ISTIO, &LINKERD, &VAULT, &DAPR, &CONSUL];
 
 /// The mesh named `name` (any case).
 pub fn by_name(name: &str) -> Option<&'static Mesh> {
@@ -713,6 +927,8 @@ impl Mesh {
         };
         let value = get(*key)?;
         let version = prefixes.iter().find_map(|p| value.strip_prefix(p))?.trim();
+        // Build metadata (`+fips1402`) names the same release (SemVer 2.0.0 §10).
+        let version = version.split_once('+').map_or(version, |(v, _)| v);
         let rule = since
             .iter()
             .rfind(|s| {
@@ -721,7 +937,7 @@ impl Mesh {
                     .and_then(release)
                     .is_some_and(|v| v >= s.from)
             })?
-            .rule;
+            .rule?;
         self.native.get(rule)
     }
 
@@ -788,6 +1004,16 @@ impl Mesh {
         self.quit_switch
             .as_ref()
             .is_none_or(|s| get(s.key).is_some_and(|v| s.parser.read(v) == Read::On))
+    }
+
+    /// The quit's path, where the pod's annotations give it one that its
+    /// injector passes on.
+    pub fn moved_quit_path<'v>(&self, get: Get<'_, 'v>) -> Option<&'v str> {
+        let mover = self.quit_path.as_ref()?;
+        let off = mover
+            .under
+            .is_some_and(|(key, parser)| get(key).is_some_and(|v| parser.read(v) == Read::Off));
+        get(mover.key).filter(|p| !off && p.starts_with('/'))
     }
 
     /// The ports the pod's annotations move: (readiness, quit).
@@ -1287,6 +1513,121 @@ mod tests {
             Some("true")
         );
         assert_eq!(pflag_value(&["--http-portx=1"], "--http-port", false), None);
+    }
+
+    // consul-k8s v2.0.3 control-plane/connect-inject/webhook/mesh_webhook.go:
+    // pod.Annotations[KeyInjectStatus] = Injected; shouldInject ParseBool.
+    #[test]
+    fn consul_marks_injected_pods_with_connect_inject_status_injected() {
+        let injected = [(ann("consul.hashicorp.com/connect-inject-status"), "injected")];
+        assert!(CONSUL.marked(&pod(&injected)));
+        assert_eq!(CONSUL.proxy, "consul-dataplane");
+        let other = [(ann("consul.hashicorp.com/connect-inject-status"), "true")];
+        assert!(!CONSUL.marked(&pod(&other)));
+        let opt_out = [(ann("consul.hashicorp.com/connect-inject"), "F")];
+        assert_eq!(CONSUL.asks_for(&pod(&opt_out)), Some(false));
+        let yes = [(ann("consul.hashicorp.com/connect-inject"), "yes")];
+        assert_eq!(CONSUL.asks_for(&pod(&yes)), None, "not ParseBool: the default stands");
+    }
+
+    // consul-k8s v2.0.3 consul_dataplane_sidecar.go and constants.go;
+    // consul-dataplane v2.0.1 pkg/consuldp/lifecycle.go.
+    #[test]
+    fn consul_waits_on_envoys_admin_ready_and_quits_through_the_lifecycle_server() {
+        assert_eq!(CONSUL.ready, Some((19000, "/ready")));
+        assert_eq!(CONSUL.quit, Some((20600, "/graceful_shutdown")));
+        let admin = CONSUL.admin_quit.as_ref().unwrap();
+        assert_eq!((admin.port, admin.path), (19000, "/quitquitquit"));
+        assert!(admin.why.contains("#1791"), "{}", admin.why);
+        assert!(CONSUL.quit != Some((admin.port, admin.path)));
+    }
+
+    // consul-k8s v2.0.3 lifecycle_configuration.go (GracefulPort,
+    // GracefulShutdownPath); consul_dataplane_sidecar.go passes the path
+    // only `if enableProxyLifecycle`.
+    #[test]
+    fn consul_graceful_port_moves_the_quit_and_its_path_counts_only_with_the_lifecycle_on() {
+        let port = ann("consul.hashicorp.com/sidecar-proxy-lifecycle-graceful-port");
+        let path = ann("consul.hashicorp.com/sidecar-proxy-lifecycle-graceful-shutdown-path");
+        let pairs = [(port, "20700"), (path, "/stop")];
+        assert_eq!(CONSUL.moved_ports(&pod(&pairs)), (None, Some(20700)));
+        assert_eq!(CONSUL.moved_quit_path(&pod(&pairs)), Some("/stop"));
+        let off = [(path, "/stop"), (CONSUL_LIFECYCLE, "false")];
+        assert_eq!(
+            CONSUL.moved_quit_path(&pod(&off)),
+            None,
+            "off: the dataplane's own path"
+        );
+        let on = [(path, "/stop"), (CONSUL_LIFECYCLE, "true")];
+        assert_eq!(CONSUL.moved_quit_path(&pod(&on)), Some("/stop"));
+    }
+
+    // consul-k8s: enable-consul-dataplane-as-sidecar first in v1.6.9,
+    // v1.7.5, v1.8.2 and v1.9.0 (not in v1.6.8, v1.7.4, v1.8.1);
+    // consul-k8s-version is version.GetHumanVersion() (v2.0.3).
+    #[test]
+    fn consul_native_counts_where_consul_k8s_version_shows_a_release_that_reads_the_switch() {
+        let version = ann("consul.hashicorp.com/consul-k8s-version");
+        let native = ann("consul.hashicorp.com/enable-consul-dataplane-as-sidecar");
+        let proven = |v: &str, value: &str| CONSUL.native_proven(&pod(&[(version, v), (native, value)]));
+        for v in [
+            "v1.6.9",
+            "v1.6.10",
+            "v1.7.5",
+            "v1.8.2",
+            "v1.9.0",
+            "v2.0.3",
+            "v1.9.0+fips1402",
+        ] {
+            assert!(proven(v, "true"), "{v}");
+        }
+        for v in [
+            "v1.6.8",
+            "v1.7.0",
+            "v1.7.4",
+            "v1.8.0",
+            "v1.8.1",
+            "1.9.0",
+            "v1.9.0-dev",
+            "v1.5.9",
+        ] {
+            assert!(!proven(v, "true"), "{v}");
+        }
+        assert!(!proven("v2.0.3", "yes"), "ParseBool: an error keeps the default");
+        assert!(!proven("v2.0.3", "0"));
+        assert!(
+            !CONSUL.native_proven(&pod(&[(native, "true")])),
+            "no version on the pod"
+        );
+        assert_eq!(CONSUL.native_keys(), [native.name]);
+    }
+
+    // consul-dataplane v2.0.1 pkg/consuldp/lifecycle.go gracefulShutdown;
+    // consul-k8s v2.0.3 charts/consul/values.yaml (30 s),
+    // lifecycle_configuration.go (ParseUint).
+    #[test]
+    fn consul_job_grace_period_is_0_and_only_where_the_lifecycle_is_not_off() {
+        let [setting] = CONSUL.job_settings else { panic!() };
+        assert_eq!(
+            (setting.key.name, setting.value),
+            (
+                "consul.hashicorp.com/sidecar-proxy-lifecycle-shutdown-grace-period-seconds",
+                "0"
+            )
+        );
+        assert!(setting.applies(&pod(&[])), "the chart's default: lifecycle on");
+        assert!(setting.applies(&pod(&[(CONSUL_LIFECYCLE, "true")])));
+        assert!(
+            setting.applies(&pod(&[(CONSUL_LIFECYCLE, "")])),
+            "\"\" keeps the default"
+        );
+        assert!(!setting.applies(&pod(&[(CONSUL_LIFECYCLE, "false")])));
+        assert!(!setting.applies(&pod(&[(CONSUL_LIFECYCLE, "0")])));
+        assert!(CONSUL.quit_switch.is_none(), "the lifecycle switch is never written");
+        assert!(
+            CONSUL.argo_kill.is_none(),
+            "distroless: no command reaches the lifecycle server"
+        );
     }
 
     #[test]
