@@ -30,10 +30,18 @@ pub enum Kind {
     Linkerd,
     Vault,
     Dapr,
+    Consul,
     CloudSql,
 }
 
-pub const KINDS: [Kind; 5] = [Kind::Istio, Kind::Linkerd, Kind::Vault, Kind::Dapr, Kind::CloudSql];
+pub const KINDS: [Kind; 6] = [
+    Kind::Istio,
+    Kind::Linkerd,
+    Kind::Vault,
+    Kind::Dapr,
+    Kind::Consul,
+    Kind::CloudSql,
+];
 
 impl Kind {
     /// The mesh's facts.
@@ -43,6 +51,7 @@ impl Kind {
             Kind::Linkerd => &meshes::LINKERD,
             Kind::Vault => &meshes::VAULT,
             Kind::Dapr => &meshes::DAPR,
+            Kind::Consul => &meshes::CONSUL,
             Kind::CloudSql => &meshes::CLOUDSQL,
         }
     }
@@ -307,6 +316,37 @@ mod tests {
 
     fn by_annotations(annotations: Value) -> Vec<(Kind, bool)> {
         found(annotations, json!({}), json!([]), json!([]))
+    }
+
+    #[test]
+    fn consul_is_found_from_its_opt_in_its_mark_or_its_dataplane_and_native_only_where_proven() {
+        let native = "consul.hashicorp.com/enable-consul-dataplane-as-sidecar";
+        assert_eq!(
+            by_annotations(json!({"consul.hashicorp.com/connect-inject": "true"})),
+            [(Kind::Consul, false)]
+        );
+        assert_eq!(
+            by_annotations(json!({"consul.hashicorp.com/connect-inject-status": "injected"})),
+            [(Kind::Consul, false)]
+        );
+        assert_eq!(
+            found(json!({}), json!({}), json!([{"name": "consul-dataplane"}]), json!([])),
+            [(Kind::Consul, false)]
+        );
+        assert_eq!(
+            by_annotations(json!({"consul.hashicorp.com/connect-inject": "true", native: "true"})),
+            [(Kind::Consul, false)],
+            "offline no injector wrote its version"
+        );
+        assert_eq!(
+            by_annotations(json!({
+                "consul.hashicorp.com/connect-inject-status": "injected",
+                "consul.hashicorp.com/consul-k8s-version": "v1.9.0",
+                native: "true",
+            })),
+            [(Kind::Consul, true)]
+        );
+        assert_eq!(Kind::parse("Consul"), Some(Kind::Consul));
     }
 
     #[test]

@@ -61,12 +61,13 @@ pub const PODINFO_DIR: &str = "/etc/podinfo";
 
 /// Containers that are sidecars, never the workload: the meshes' proxies,
 /// Argo's `wait`, meshwrap's guard.
-pub const KNOWN_SIDECARS: [&str; 7] = [
+pub const KNOWN_SIDECARS: [&str; 8] = [
     meshes::ISTIO.proxy,
     meshes::LINKERD.proxy,
     meshes::DAPR.proxy,
     meshes::VAULT.proxy,
     meshes::CLOUDSQL.proxy,
+    meshes::CONSUL.proxy,
     "wait",
     GUARD_CONTAINER,
 ];
@@ -927,6 +928,7 @@ fn switches(pod: &Pod, found: &[Found], quits: bool, cloudsql: Option<(Path, mes
         let facts = f.kind.facts();
         if quits {
             quit_switch(pod, facts, &mut out);
+            job_settings(pod, facts, &mut out);
         }
         if pod.place.argo {
             argo_kill(pod, facts, &mut out);
@@ -963,6 +965,29 @@ fn quit_switch(pod: &Pod, facts: &meshes::Mesh, out: &mut Switches) {
     }
 }
 
+/// The settings the table says a Job's pod needs (Consul's shutdown grace
+/// period), each only where the user set none and its switch is not off:
+/// a value the user set stays, reported where it differs.
+fn job_settings(pod: &Pod, facts: &meshes::Mesh, out: &mut Switches) {
+    for setting in facts.job_settings {
+        let key = setting.key.name;
+        match pod.annotation(key) {
+            _ if !setting.applies(&|k| pod.get(k)) => {}
+            None if out.annotations.iter().any(|(k, _)| k == key) => {}
+            None => {
+                out.annotations.push((key.into(), setting.value.into()));
+                out.notes
+                    .push(format!("set {key}: \"{}\": {}", setting.value, setting.why));
+            }
+            Some(v) if v == setting.value => {}
+            Some(v) => out.notes.push(format!(
+                "{key} is \"{v}\": left as set (meshwrap would write \"{}\")",
+                setting.value
+            )),
+        }
+    }
+}
+
 /// Argo stops an injected proxy with `kill` through `/bin/sh`, which
 /// distroless proxy images lack: the table gives the command that works
 /// (and a command that asks the proxy's quit endpoint gets its switch).
@@ -978,7 +1003,7 @@ fn argo_kill(pod: &Pod, facts: &meshes::Mesh, out: &mut Switches) {
                 quit_switch(pod, facts, out);
             }
         }
-        (None, None) if facts.name == meshes::DAPR.name || facts.name == meshes::CLOUDSQL.name => {
+        (None, None) if [meshes::DAPR.name, meshes::CLOUDSQL.name, meshes::CONSUL.name].contains(&facts.name) => {
             out.notes.push(format!(
                 "Argo stops {} through /bin/sh, which its image lacks: give it {key} or make it a native sidecar",
                 facts.proxy
