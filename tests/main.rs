@@ -7,6 +7,7 @@ mod annotations;
 mod architecture;
 mod child_env;
 mod cli;
+mod consul;
 mod envoy;
 mod examples;
 mod exec;

@@ -99,9 +99,14 @@ pub struct Envoy {
 impl Envoy {
     /// Starts Envoy in `ns` and returns once its admin listens.
     pub fn start(node: &Node, ns: &str, warm: Warm) -> Envoy {
+        Envoy::start_on(node, ns, warm, 15000)
+    }
+
+    /// Starts Envoy with its admin on 127.0.0.1:`admin_port` (Consul's dataplane: 19000).
+    pub fn start_on(node: &Node, ns: &str, warm: Warm, admin_port: u16) -> Envoy {
         let dir = node.empty_dir("envoy");
         let bootstrap = dir.join("bootstrap.yaml");
-        std::fs::write(&bootstrap, bootstrap_yaml(&dir.join("admin.log"), warm)).unwrap();
+        std::fs::write(&bootstrap, bootstrap_yaml(&dir.join("admin.log"), warm, admin_port)).unwrap();
         let bin = binary().unwrap_or_else(|why| panic!("{why}"));
         let mut process = node.exec(
             ns,
@@ -175,9 +180,9 @@ fn parse_admin_line(line: &str) -> Option<AdminRequest> {
     })
 }
 
-/// The bootstrap: admin on 127.0.0.1:15000 with its access log, clusters
+/// The bootstrap: admin on 127.0.0.1:`admin_port` with its access log, clusters
 /// from an absent CDS server (see the module docs), a listener on 15001.
-fn bootstrap_yaml(admin_log: &std::path::Path, warm: Warm) -> String {
+fn bootstrap_yaml(admin_log: &std::path::Path, warm: Warm, admin_port: u16) -> String {
     let fetch_timeout = match warm {
         Warm::After(after) => format!("{}s", after.as_secs_f64()),
         Warm::Never => "0s".into(),
@@ -185,7 +190,7 @@ fn bootstrap_yaml(admin_log: &std::path::Path, warm: Warm) -> String {
     format!(
         r#"node: {{id: meshwrap-test, cluster: meshwrap-test}}
 admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: 15000}}}}
+  address: {{socket_address: {{address: 127.0.0.1, port_value: {admin_port}}}}}
   access_log:
   - name: envoy.access_loggers.file
     typed_config:
