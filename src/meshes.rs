@@ -106,6 +106,9 @@ pub enum Parser {
     /// `enabled` on, `disabled` off, anything else unset (Linkerd warns and
     /// keeps its default).
     EnabledDisabled,
+    /// Kuma's `GetEnabled`: `true yes enabled` on, `false no disabled`
+    /// off, anything else an error (unset here).
+    KumaEnabled,
     /// Exactly this value is on; any other is off.
     Exact(&'static str),
     /// The key's presence is the fact.
@@ -139,6 +142,11 @@ impl Parser {
             Parser::IstioNative => on(value != "false"),
             Parser::LinkerdInject if value.is_empty() => Read::Unset,
             Parser::LinkerdInject => on(value == "enabled" || value == "ingress"),
+            Parser::KumaEnabled => match value {
+                "true" | "yes" | "enabled" => Read::On,
+                "false" | "no" | "disabled" => Read::Off,
+                _ => Read::Unset,
+            },
             Parser::Exact(wanted) => on(value == wanted),
             Parser::Present => Read::On,
         }
@@ -852,6 +860,74 @@ pub const CONSUL: Mesh = Mesh {
     no_quit: None,
 };
 
+pub const KUMA: Mesh = Mesh {
+    name: "kuma",
+    proxy: "kuma-sidecar",
+    mark: Some(Mark {
+        key: ann("kuma.io/sidecar-injected"),
+        parser: Parser::Exact("true"),
+        source: src(
+            "kumahq/kuma",
+            "pkg/plugins/runtime/k8s/webhooks/injector/injector.go (NewAnnotations: KumaSidecarInjectedAnnotation = AnnotationTrue)",
+            "v2.14.3",
+        ),
+    }),
+    opt_in: &[Rule {
+        versions: "2.x",
+        keys: &[label("kuma.io/sidecar-injection")],
+        parser: Parser::KumaEnabled,
+        source: src(
+            "kumahq/kuma",
+            "pkg/plugins/runtime/k8s/webhooks/injector/precheck.go (pod labels, GetEnabled); metadata/annotations.go",
+            "v2.14.3",
+        ),
+    }],
+    no_sidecar: &[],
+    // No per-pod switch: the control plane's
+    // runtime.kubernetes.injector.sidecarContainers decides for every pod.
+    native: &[],
+    native_proof: NativeProof::Unshown {
+        source: src(
+            "kumahq/kuma",
+            "pkg/config/app/kuma-cp/kuma-cp.defaults.yaml (sidecarContainers: false from 2.7.0, true from 2.14.0); \
+             injector.go NewAnnotations (no version on the pod)",
+            "v2.14.3",
+        ),
+    },
+    quit_switch: None,
+    ready: Some((9902, "/ready")),
+    quit: None,
+    endpoints_source: src(
+        "kumahq/kuma",
+        "app/kuma-dp/pkg/dataplane/readiness/component.go (/ready: 200 READY, 503 NOT_READY or TERMINATING); \
+         pkg/config/app/kuma-dp/config.go (ReadinessPort 9902, KUMA_READINESS_PORT); app/kuma-dp/cmd/run.go \
+         (0.0.0.0 in Kubernetes)",
+        "v2.14.3",
+    ),
+    movers: &[],
+    argo_kill: None,
+    quit_path: None,
+    admin_quit: None,
+    job_settings: &[],
+    no_quit: Some(NoQuit {
+        why: "nothing in the pod can quit kuma-dp: from 2.14 Envoy's admin is on a Unix socket and its TCP port \
+              needs the control plane's certificate; the control plane quits a Job's regular sidecar once every \
+              other container has ended, and the kubelet stops a native one",
+        sources: &[
+            src(
+                "kumahq/kuma",
+                "pkg/plugins/runtime/k8s/controllers/pod_status_controller.go (onlySidecarContainerRunning, PostQuit)",
+                "v2.14.3",
+            ),
+            src(
+                "kumahq/kuma",
+                "app/kuma-dp/pkg/dataplane/readiness/component.go (adminSocketPath)",
+                "v2.14.3",
+            ),
+        ],
+    }),
+};
+
 pub const CLOUDSQL: Mesh = Mesh {
     name: "cloudsql",
     proxy: "cloud-sql-proxy",
@@ -875,10 +951,10 @@ pub const CLOUDSQL: Mesh = Mesh {
 };
 
 /// Every mesh, in the order `--mesh`, `--sidecar auto` and reports use.
-pub const MESHES: [&Mesh; 6] = [&ISTIO, &LINKERD, &VAULT, &DAPR, &CONSUL, &CLOUDSQL];
+pub const MESHES: [&Mesh; 7] = [&ISTIO, &LINKERD, &VAULT, &DAPR, &CONSUL, &KUMA, &CLOUDSQL];
 
 /// The meshes whose injector marks the pods it injects: `--sidecar auto`'s.
-pub const MARKED: [&Mesh; 5] = [&ISTIO, &LINKERD, &VAULT, &DAPR, &CONSUL];
+pub const MARKED: [&Mesh; 6] = [&ISTIO, &LINKERD, &VAULT, &DAPR, &CONSUL, &KUMA];
 
 /// The mesh named `name` (any case).
 pub fn by_name(name: &str) -> Option<&'static Mesh> {
@@ -1630,6 +1706,59 @@ mod tests {
         );
     }
 
+    // kumahq/kuma v2.14.3 injector.go (NewAnnotations), precheck.go,
+    // metadata/annotations.go (GetEnabled).
+    #[test]
+    fn kuma_marks_injected_pods_with_sidecar_injected_true_and_opts_in_by_label() {
+        let injected = [(ann("kuma.io/sidecar-injected"), "true")];
+        assert!(KUMA.marked(&pod(&injected)));
+        assert!(!KUMA.marked(&pod(&[(ann("kuma.io/sidecar-injected"), "false")])));
+        assert_eq!(KUMA.proxy, "kuma-sidecar");
+        assert_eq!(
+            reads(
+                Parser::KumaEnabled,
+                &["true", "yes", "enabled", "false", "no", "disabled", "True", "1"]
+            ),
+            [On, On, On, Off, Off, Off, Unset, Unset]
+        );
+        let opt_in = [(label("kuma.io/sidecar-injection"), "enabled")];
+        assert_eq!(KUMA.asks_for(&pod(&opt_in)), Some(true));
+        let as_annotation = [(ann("kuma.io/sidecar-injection"), "enabled")];
+        assert_eq!(KUMA.asks_for(&pod(&as_annotation)), None, "a label, not an annotation");
+    }
+
+    // kumahq/kuma v2.14.3 readiness/component.go, kuma-dp config.go, run.go;
+    // pod_status_controller.go.
+    #[test]
+    fn kuma_waits_on_the_readiness_reporter_at_9902_and_is_never_quit() {
+        assert_eq!(KUMA.ready, Some((9902, "/ready")));
+        assert_eq!(KUMA.quit, None);
+        let no_quit = KUMA.no_quit.as_ref().unwrap();
+        assert!(no_quit.why.contains("control plane") && no_quit.why.contains("kubelet"));
+        assert!(
+            no_quit
+                .sources
+                .iter()
+                .any(|s| s.path.contains("pod_status_controller.go"))
+        );
+        assert!(KUMA.quit_switch.is_none() && KUMA.job_settings.is_empty() && KUMA.argo_kill.is_none());
+    }
+
+    // kumahq/kuma kuma-cp.defaults.yaml: sidecarContainers false in 2.7.0,
+    // true in 2.14.0; no per-pod switch and no version on the pod.
+    #[test]
+    fn kuma_native_is_the_control_planes_choice_so_never_proven_on_the_pod() {
+        assert!(KUMA.native.is_empty());
+        let NativeProof::Unshown { source } = &KUMA.native_proof else {
+            panic!()
+        };
+        assert!(
+            source.path.contains("2.7.0") && source.path.contains("2.14.0"),
+            "{source:?}"
+        );
+        assert!(!KUMA.native_proven(&pod(&[(ann("kuma.io/sidecar-injected"), "true")])));
+    }
+
     #[test]
     fn docs_meshes_md_names_every_key_of_the_table() {
         let docs = include_str!("../docs/meshes.md");
@@ -1669,6 +1798,10 @@ mod tests {
             sources.extend(mesh.quit_switch.as_ref().map(|s| &s.source));
             sources.extend(mesh.movers.iter().map(|m| &m.source));
             sources.extend(mesh.argo_kill.iter().flat_map(|k| k.sources));
+            sources.extend(mesh.no_quit.iter().flat_map(|q| q.sources));
+            sources.extend(mesh.quit_path.as_ref().map(|p| &p.source));
+            sources.extend(mesh.admin_quit.as_ref().map(|a| &a.source));
+            sources.extend(mesh.job_settings.iter().map(|j| &j.source));
             sources.push(&mesh.endpoints_source);
             for s in sources {
                 assert!(

@@ -15,6 +15,7 @@ mod exit_status;
 mod guard;
 mod install;
 mod istio;
+mod kuma;
 mod oci;
 mod pid1;
 mod pod;

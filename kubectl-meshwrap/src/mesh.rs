@@ -31,15 +31,17 @@ pub enum Kind {
     Vault,
     Dapr,
     Consul,
+    Kuma,
     CloudSql,
 }
 
-pub const KINDS: [Kind; 6] = [
+pub const KINDS: [Kind; 7] = [
     Kind::Istio,
     Kind::Linkerd,
     Kind::Vault,
     Kind::Dapr,
     Kind::Consul,
+    Kind::Kuma,
     Kind::CloudSql,
 ];
 
@@ -52,6 +54,7 @@ impl Kind {
             Kind::Vault => &meshes::VAULT,
             Kind::Dapr => &meshes::DAPR,
             Kind::Consul => &meshes::CONSUL,
+            Kind::Kuma => &meshes::KUMA,
             Kind::CloudSql => &meshes::CLOUDSQL,
         }
     }
@@ -347,6 +350,42 @@ mod tests {
             [(Kind::Consul, true)]
         );
         assert_eq!(Kind::parse("Consul"), Some(Kind::Consul));
+    }
+
+    #[test]
+    fn kuma_is_found_from_its_label_its_mark_or_its_sidecar_and_never_native_by_a_switch() {
+        assert_eq!(
+            found(
+                json!({}),
+                json!({"kuma.io/sidecar-injection": "enabled"}),
+                json!([]),
+                json!([])
+            ),
+            [(Kind::Kuma, false)]
+        );
+        assert_eq!(
+            by_annotations(json!({"kuma.io/sidecar-injected": "true"})),
+            [(Kind::Kuma, false)]
+        );
+        assert_eq!(
+            found(
+                json!({}),
+                json!({}),
+                json!([]),
+                json!([{"name": "kuma-sidecar", "restartPolicy": "Always"}])
+            ),
+            [(Kind::Kuma, true)],
+            "declared native in the spec"
+        );
+        assert_eq!(
+            found(
+                json!({}),
+                json!({"kuma.io/sidecar-injection": "disabled"}),
+                json!([]),
+                json!([])
+            ),
+            []
+        );
     }
 
     #[test]

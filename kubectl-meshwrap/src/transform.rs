@@ -61,13 +61,14 @@ pub const PODINFO_DIR: &str = "/etc/podinfo";
 
 /// Containers that are sidecars, never the workload: the meshes' proxies,
 /// Argo's `wait`, meshwrap's guard.
-pub const KNOWN_SIDECARS: [&str; 8] = [
+pub const KNOWN_SIDECARS: [&str; 9] = [
     meshes::ISTIO.proxy,
     meshes::LINKERD.proxy,
     meshes::DAPR.proxy,
     meshes::VAULT.proxy,
     meshes::CLOUDSQL.proxy,
     meshes::CONSUL.proxy,
+    meshes::KUMA.proxy,
     "wait",
     GUARD_CONTAINER,
 ];
@@ -442,7 +443,7 @@ fn decide<'a>(doc: &'a Value, place: &'a Place, opts: &Options) -> Result<(Pod<'
     let (image, timeout) = settings(&pod, opts)?;
     let fit = fit(&pod, opts)?;
     let (mesh, cloudsql) = mesh(&pod, &found, opts, policy != "never")?;
-    let guard = policy != "never" && !mesh.native_only;
+    let guard = policy != "never" && !mesh.native_only && !nothing_to_quit(&found);
     conflicts(&pod, &chosen)?;
     let switches = switches(&pod, &found, policy != "never", cloudsql);
     let podinfo = podinfo_volume(&chosen);
@@ -832,6 +833,12 @@ fn sidecar_items(list: &str) -> Vec<String> {
         .filter(|item| !item.is_empty())
         .map(str::to_string)
         .collect()
+}
+
+/// Every mesh found is one nothing in the pod may quit (Kuma: its control
+/// plane or the kubelet stops it), so a guard would have nothing to do.
+fn nothing_to_quit(found: &[Found]) -> bool {
+    !found.is_empty() && found.iter().all(|f| f.kind.facts().no_quit.is_some())
 }
 
 /// The presets meshwrap is told about, and whether every mesh is native.

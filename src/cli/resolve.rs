@@ -491,6 +491,9 @@ impl Resolver<'_> {
                         self.explain.push((kind, endpoint.url.clone(), by));
                     }
                 }
+                if let Some(no_quit) = s.preset.mesh.and_then(|m| m.no_quit.as_ref()) {
+                    self.explain.push(("quit-url", format!("none: {}", no_quit.why), by));
+                }
             }
         }
         Ok(sidecars)
@@ -636,10 +639,15 @@ mod tests {
                 ("http://127.0.0.1:4191/ready", Some("linkerd")),
                 ("http://127.0.0.1:3500/v1.0/healthz/outbound", Some("dapr")),
                 ("http://127.0.0.1:19000/ready", Some("consul")),
+                ("http://127.0.0.1:9902/ready", Some("kuma")),
             ]
         );
         let quits: Vec<_> = urls(&c.quit_urls).into_iter().map(|(_, p)| p.unwrap()).collect();
-        assert_eq!(quits, ["istio", "linkerd", "vault", "dapr", "consul"]);
+        assert_eq!(
+            quits,
+            ["istio", "linkerd", "vault", "dapr", "consul"],
+            "Kuma is never quit"
+        );
     }
 
     #[test]
@@ -758,6 +766,8 @@ mod tests {
                 "quit-url",
                 "ready-url",
                 "quit-url",
+                "quit-url",
+                "ready-url",
                 "quit-url",
                 "ready-url",
                 "quit-url",

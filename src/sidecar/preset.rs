@@ -41,7 +41,7 @@ const fn of(mesh: &'static Mesh, not_found_hint: Option<&'static str>, exits_bef
     }
 }
 
-pub const PRESETS: [Preset; 8] = [
+pub const PRESETS: [Preset; 9] = [
     of(&meshes::ISTIO, None, false),
     Preset {
         name: "envoy",
@@ -75,6 +75,7 @@ pub const PRESETS: [Preset; 8] = [
     ),
     of(&meshes::DAPR, None, false),
     of(&meshes::CONSUL, None, false),
+    of(&meshes::KUMA, None, false),
     Preset {
         name: "none",
         mesh: None,
@@ -243,7 +244,7 @@ mod tests {
                 assert!(hint.contains(switch.key.name) && hint.contains(switch.on), "{hint}");
             }
         }
-        assert_eq!(AUTO, ["istio", "linkerd", "vault", "dapr", "consul"]);
+        assert_eq!(AUTO, ["istio", "linkerd", "vault", "dapr", "consul", "kuma"]);
     }
 
     #[test]
