@@ -326,6 +326,16 @@ impl JobSetting {
     }
 }
 
+/// A pod annotation that lists the services of a multi-port pod: the
+/// injector adds one proxy per item, the i-th (from 0) on each of the
+/// mesh's ports plus i.
+#[derive(Debug)]
+pub struct Instances {
+    pub key: Key,
+    pub separator: char,
+    pub source: Source,
+}
+
 /// Nothing in the pod may quit the proxy: who stops it instead.
 #[derive(Debug)]
 pub struct NoQuit {
@@ -365,6 +375,8 @@ pub struct Mesh {
     pub job_settings: &'static [JobSetting],
     /// The proxy is never quit from the pod (`quit` is none), and why.
     pub no_quit: Option<NoQuit>,
+    /// What makes the pod run one proxy per service.
+    pub instances: Option<Instances>,
 }
 
 pub const ISTIO: Mesh = Mesh {
@@ -452,6 +464,7 @@ pub const ISTIO: Mesh = Mesh {
     admin_quit: None,
     job_settings: &[],
     no_quit: None,
+    instances: None,
 };
 
 const LINKERD_STABLE: Key = ann("config.linkerd.io/proxy-enable-native-sidecar");
@@ -581,6 +594,7 @@ pub const LINKERD: Mesh = Mesh {
     admin_quit: None,
     job_settings: &[],
     no_quit: None,
+    instances: None,
 };
 
 pub const VAULT: Mesh = Mesh {
@@ -650,6 +664,7 @@ pub const VAULT: Mesh = Mesh {
     admin_quit: None,
     job_settings: &[],
     no_quit: None,
+    instances: None,
 };
 
 pub const DAPR: Mesh = Mesh {
@@ -718,6 +733,7 @@ pub const DAPR: Mesh = Mesh {
     admin_quit: None,
     job_settings: &[],
     no_quit: None,
+    instances: None,
 };
 
 const CONSUL_K8S: &str = "hashicorp/consul-k8s";
@@ -858,6 +874,16 @@ pub const CONSUL: Mesh = Mesh {
         ),
     }],
     no_quit: None,
+    instances: Some(Instances {
+        key: ann("consul.hashicorp.com/connect-service"),
+        separator: ',',
+        source: src(
+            CONSUL_K8S,
+            "control-plane/connect-inject/webhook/mesh_webhook.go (annotatedServiceNames, multiPortInfo.serviceIndex); \
+             consul_dataplane_sidecar.go (-envoy-admin-bind-port=19000+serviceIndex, gracefulPort+serviceIndex)",
+            "v2.0.3",
+        ),
+    }),
 };
 
 pub const KUMA: Mesh = Mesh {
@@ -926,6 +952,7 @@ pub const KUMA: Mesh = Mesh {
             ),
         ],
     }),
+    instances: None,
 };
 
 pub const CLOUDSQL: Mesh = Mesh {
@@ -948,6 +975,7 @@ pub const CLOUDSQL: Mesh = Mesh {
     admin_quit: None,
     job_settings: &[],
     no_quit: None,
+    instances: None,
 };
 
 /// Every mesh, in the order `--mesh`, `--sidecar auto` and reports use.
@@ -1090,6 +1118,12 @@ impl Mesh {
             .under
             .is_some_and(|(key, parser)| get(key).is_some_and(|v| parser.read(v) == Read::Off));
         get(mover.key).filter(|p| !off && p.starts_with('/'))
+    }
+
+    /// How many proxies the pod runs (1 unless it lists several services).
+    pub fn instances(&self, get: Get) -> u16 {
+        let Some(instances) = &self.instances else { return 1 };
+        get(instances.key).map_or(1, |v| v.split(instances.separator).count().clamp(1, 64) as u16)
     }
 
     /// The ports the pod's annotations move: (readiness, quit).
@@ -1759,6 +1793,17 @@ mod tests {
         assert!(!KUMA.native_proven(&pod(&[(ann("kuma.io/sidecar-injected"), "true")])));
     }
 
+    // consul-k8s v2.0.3 mesh_webhook.go annotatedServiceNames (strings.Split
+    // on ","; more than one is a multi-port pod), consul_dataplane_sidecar.go.
+    #[test]
+    fn consul_multi_port_pods_run_one_dataplane_per_service_on_ports_plus_its_index() {
+        let service = ann("consul.hashicorp.com/connect-service");
+        assert_eq!(CONSUL.instances(&pod(&[])), 1);
+        assert_eq!(CONSUL.instances(&pod(&[(service, "web")])), 1);
+        assert_eq!(CONSUL.instances(&pod(&[(service, "web,admin,metrics")])), 3);
+        assert_eq!(ISTIO.instances(&pod(&[(service, "a,b")])), 1, "Consul's key only");
+    }
+
     #[test]
     fn docs_meshes_md_names_every_key_of_the_table() {
         let docs = include_str!("../docs/meshes.md");
@@ -1802,6 +1847,7 @@ mod tests {
             sources.extend(mesh.quit_path.as_ref().map(|p| &p.source));
             sources.extend(mesh.admin_quit.as_ref().map(|a| &a.source));
             sources.extend(mesh.job_settings.iter().map(|j| &j.source));
+            sources.extend(mesh.instances.as_ref().map(|i| &i.source));
             sources.push(&mesh.endpoints_source);
             for s in sources {
                 assert!(

@@ -21,8 +21,9 @@ use crate::support::consul::{Dataplane, Lifecycle};
 use crate::support::envoy::{self, Envoy, Warm};
 use crate::support::pod::{self, Node, Phase};
 
-/// Envoy turns LIVE this long after it starts.
-const WARMS: Duration = Duration::from_secs(1);
+/// Envoy turns LIVE this long after it starts (time enough, on a loaded
+/// machine, for meshwrap to start and see it warming).
+const WARMS: Duration = Duration::from_secs(3);
 const ADMIN: u16 = 19000;
 const GOLDEN: &str = "kubectl-meshwrap/tests/golden/consul-job.out.yaml";
 /// What consul-k8s's injector adds to the pod (mesh_webhook.go, v2.0.3).
@@ -61,27 +62,46 @@ fn waited_for_envoys_ready(envoy: &Envoy) {
     assert_eq!(statuses.last(), Some(&200), "polls: {statuses:?}");
 }
 
-/// Runs the golden's Job `name` to its end against Envoy and the stand-in.
-fn run_job(name: &str) {
+/// Runs the golden's Job `name` to its end against `proxies` Envoys and
+/// stand-ins (the i-th with its admin on 19000+i, its lifecycle on its
+/// graceful port+i, as consul-k8s lays out a multi-port pod).
+fn run_job(name: &str, proxies: u16) {
     let pod = consul_pod();
     let job = Wrapped::load(&pod, GOLDEN, Some(name), &MARKS);
     let lifecycle = Lifecycle::of_file(&job.annotations);
     job.install();
     let mut guard = job.guard(&pod);
     // Envoy last, so that it is still warming when meshwrap starts.
-    let mut envoy = Envoy::start_on(&pod.node, &pod.ns, Warm::After(WARMS), ADMIN);
-    let mut dataplane = Dataplane::start(&pod.node, &pod.ns, &lifecycle, ADMIN);
+    let mut proxy = Vec::new();
+    for i in 0..proxies {
+        let envoy = Envoy::start_on(&pod.node, &pod.ns, Warm::After(WARMS), ADMIN + i);
+        let own = Lifecycle {
+            port: lifecycle.port + i,
+            ..lifecycle.clone()
+        };
+        let dataplane = Dataplane::start(&pod.node, &pod.ns, &own, ADMIN + i);
+        proxy.push((envoy, dataplane, own));
+    }
     let app = job.app(&pod, "migrate", &["sh", "-c", "echo app: ran"]).finish();
     app.assert_code(0)
         .assert_stderr_has("found the consul sidecar (consul.hashicorp.com/connect-inject-status)")
-        .assert_stderr_has(&format!("127.0.0.1:{}{}", lifecycle.port, lifecycle.shutdown_path))
         .assert_stderr_has("sidecar quit")
         .assert_stderr_lacks("Envoy admin");
     assert!(app.stdout.contains("app: ran"), "{}", app.stdout);
-    let phase = pod::phase_with(0, &mut [&mut envoy.process, &mut dataplane.process, &mut guard]);
-    assert_eq!(phase, Phase::Succeeded, "{lifecycle:?}; {:?}", envoy.admin_log());
-    waited_for_envoys_ready(&envoy);
-    one_quit_through_the_lifecycle_server(&envoy, &dataplane, &lifecycle);
+    for (_, _, own) in &proxy {
+        app.assert_stderr_has(&format!("127.0.0.1:{}{}", own.port, own.shutdown_path));
+    }
+    let mut others: Vec<&mut crate::support::Running> = Vec::new();
+    for (envoy, dataplane, _) in proxy.iter_mut() {
+        others.push(&mut envoy.process);
+        others.push(&mut dataplane.process);
+    }
+    others.push(&mut guard);
+    assert_eq!(pod::phase_with(0, &mut others), Phase::Succeeded, "{lifecycle:?}");
+    for (envoy, dataplane, own) in &proxy {
+        waited_for_envoys_ready(envoy);
+        one_quit_through_the_lifecycle_server(envoy, dataplane, own);
+    }
 }
 
 /// inject's Job (grace period "0" written, the Helm chart's lifecycle on
@@ -92,7 +112,7 @@ fn consul_1_an_injected_job_completes_against_envoy_with_one_quit_through_the_li
     if envoy::skip("consul_1") {
         return;
     }
-    run_job("consul-migrate");
+    run_job("consul-migrate", 1);
 }
 
 /// The user's lifecycle "false" stays: the dataplane's own defaults (no
@@ -102,5 +122,16 @@ fn consul_2_with_the_lifecycle_off_the_job_still_completes_with_one_quit_and_no_
     if envoy::skip("consul_2") {
         return;
     }
-    run_job("consul-lifecycle-off");
+    run_job("consul-lifecycle-off", 1);
+}
+
+/// A multi-port pod (connect-service lists two services): meshwrap waits
+/// for both Envoys (19000, 19001) and quits both through their lifecycle
+/// servers (20600, 20601), once each.
+#[test]
+fn consul_3_a_multi_port_job_waits_for_and_quits_each_dataplane_once() {
+    if envoy::skip("consul_3") {
+        return;
+    }
+    run_job("consul-multi-port", 2);
 }

@@ -146,6 +146,8 @@ pub fn plan(ready: &[Target], quit: &[Target], native: Native, annotations: &std
     if let (true, Ok(Some(facts))) = (auto, facts) {
         follow_moves(&mut ready, facts, true);
         follow_moves(&mut quit, facts, false);
+        fan_out(&mut ready, facts);
+        fan_out(&mut quit, facts);
     }
     drop_native_quits(&mut quit, native, &natives);
     warn_admin_quits(&quit);
@@ -183,6 +185,29 @@ fn follow_moves(targets: &mut [Target], facts: &pod::Facts, ready: bool) {
             target.endpoint = endpoint;
         }
     }
+}
+
+/// One endpoint per proxy where the pod runs several (Consul's multi-port
+/// pods: the i-th on each port plus i), each waited for and quit.
+fn fan_out(targets: &mut Vec<Target>, facts: &pod::Facts) {
+    let mut more = Vec::new();
+    for target in targets.iter() {
+        let Some(seen) = target.preset.and_then(|p| facts.of(p.name)) else {
+            continue;
+        };
+        let Some(port) = target.endpoint.explicit_port() else {
+            continue;
+        };
+        for i in 1..seen.instances {
+            if let Some(endpoint) = port.checked_add(i).and_then(|p| target.endpoint.with_port(p)) {
+                more.push(Target {
+                    endpoint,
+                    preset: target.preset,
+                });
+            }
+        }
+    }
+    targets.extend(more);
 }
 
 /// A quit pointed at a proxy's own admin where its mesh forbids it

@@ -55,6 +55,9 @@ pub struct Seen {
     pub quit_port: Option<u16>,
     /// The quit path the pod's annotations gave it (Consul's lifecycle).
     pub quit_path: Option<String>,
+    /// How many of it the pod runs, each on the ports plus its index
+    /// (Consul's multi-port pods); 0 or 1: one.
+    pub instances: u16,
 }
 
 /// What the annotations say, mesh by mesh in [`meshes::MARKED`]'s order.
@@ -206,6 +209,7 @@ pub fn facts(annotations: &BTreeMap<String, String>, labels: Option<&BTreeMap<St
         seen.shown_by = mesh.mark.as_ref().map_or("", |m| m.key.name);
         (seen.ready_port, seen.quit_port) = mesh.moved_ports(&get);
         seen.quit_path = mesh.moved_quit_path(&get).map(str::to_string);
+        seen.instances = mesh.instances(&get);
         // Native only where proven (the pod shows an injector version that
         // reads the switch): otherwise a regular container, and quit.
         seen.native = mesh.native_proven(&get);

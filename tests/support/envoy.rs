@@ -181,7 +181,8 @@ fn parse_admin_line(line: &str) -> Option<AdminRequest> {
 }
 
 /// The bootstrap: admin on 127.0.0.1:`admin_port` with its access log, clusters
-/// from an absent CDS server (see the module docs), a listener on 15001.
+/// from an absent CDS server (see the module docs), a listener (15001
+/// beside the default admin).
 fn bootstrap_yaml(admin_log: &std::path::Path, warm: Warm, admin_port: u16) -> String {
     let fetch_timeout = match warm {
         Warm::After(after) => format!("{}s", after.as_secs_f64()),
@@ -210,7 +211,7 @@ dynamic_resources:
 static_resources:
   listeners:
   - name: outbound
-    address: {{socket_address: {{address: 127.0.0.1, port_value: 15001}}}}
+    address: {{socket_address: {{address: 127.0.0.1, port_value: {listener_port}}}}}
     filter_chains:
     - filters:
       - name: envoy.filters.network.tcp_proxy
@@ -229,7 +230,10 @@ static_resources:
       cluster_name: xds
       endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: 1}}}}}}}}]}}]
 "#,
-        log = admin_log.display()
+        log = admin_log.display(),
+        // 15001 beside the preset's 15000; beside another admin port, that
+        // port + 1000 (two Envoys in one pod, as Consul's multi-port pods).
+        listener_port = if admin_port == 15000 { 15001 } else { admin_port + 1000 }
     )
 }
 
