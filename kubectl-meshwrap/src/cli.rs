@@ -103,7 +103,7 @@ pub struct PodOptions {
           value_parser = ["init-container", "image-volume"])]
     pub delivery: String,
     /// The meshes the namespace injects, which a manifest cannot show: istio, linkerd, vault, dapr,
-    /// cloudsql, or auto (only what the pod template shows). Comma-separated
+    /// consul, kuma, cloudsql, or auto (only what the pod template shows). Comma-separated
     #[arg(long, value_name = "MESH", env = "MESHWRAP_MESH", default_value = "auto", value_delimiter = ',',
           value_parser = mesh)]
     pub mesh: Vec<String>,
@@ -319,7 +319,7 @@ fn mesh(s: &str) -> Result<String, String> {
     if s == "auto" || crate::mesh::Kind::parse(s).is_some() {
         Ok(s.to_string())
     } else {
-        Err("auto, istio, linkerd, vault, dapr or cloudsql".into())
+        Err(crate::mesh::accepted())
     }
 }
 

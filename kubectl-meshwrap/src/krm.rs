@@ -134,9 +134,8 @@ fn pod_fit(field: &dyn Fn(&str) -> Option<String>, opts: &mut Options) -> Result
     if let Some(meshes) = field("mesh") {
         opts.meshes.clear();
         for name in meshes.split(',').map(str::trim).filter(|m| *m != "auto") {
-            let kind = crate::mesh::Kind::parse(name).ok_or_else(|| {
-                format!("functionConfig: mesh \"{name}\" is not auto, istio, linkerd, vault, dapr or cloudsql")
-            })?;
+            let kind = crate::mesh::Kind::parse(name)
+                .ok_or_else(|| format!("functionConfig: mesh \"{name}\" is not {}", crate::mesh::accepted()))?;
             opts.meshes.push(kind);
         }
     }

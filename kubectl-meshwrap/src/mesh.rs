@@ -63,6 +63,13 @@ impl Kind {
     }
 }
 
+/// What `--mesh` accepts, for error lines: `auto, istio, ... or cloudsql`.
+pub fn accepted() -> String {
+    let names: Vec<&str> = KINDS.iter().map(|k| k.facts().name).collect();
+    let (last, rest) = names.split_last().unwrap_or((&"", &[]));
+    format!("auto, {} or {last}", rest.join(", "))
+}
+
 /// What a pod template shows of itself.
 pub struct Template<'a> {
     pub annotation: &'a dyn Fn(&str) -> Option<&'a str>,

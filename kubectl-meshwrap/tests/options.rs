@@ -41,10 +41,10 @@ fn bad_pod_options_are_one_line_that_names_them() {
         "KIND.RESOURCE=QUANTITY",
     );
     refused(
-        &["--mesh", "consul"],
+        &["--mesh", "consulx"],
         &[],
         "--mesh",
-        "auto, istio, linkerd, vault, dapr or cloudsql",
+        "auto, istio, linkerd, vault, dapr, consul, kuma or cloudsql",
     );
     refused(&["--native", "maybe"], &[], "--native", "prefer");
 }
@@ -122,7 +122,7 @@ fn the_krm_function_takes_mesh_native_run_as_user_and_resources() {
         native.stdout
     );
     for (bad, says) in [
-        ("    mesh: consul\n", "functionConfig: mesh \"consul\""),
+        ("    mesh: consulx\n", "functionConfig: mesh \"consulx\""),
         ("    native: maybe\n", "functionConfig: native \"maybe\""),
         ("    runAsUser: \"0\"\n", "functionConfig: runAsUser: 0 is root"),
         ("    resources: lots\n", "functionConfig: resources:"),
@@ -197,5 +197,5 @@ fn sidecar_takes_auto_and_lists_as_meshwraps_does() {
         JOB,
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
-    refused(&["--sidecar", "consul"], &[], "--sidecar", "'consul' is not a preset");
+    refused(&["--sidecar", "consulx"], &[], "--sidecar", "'consulx' is not a preset");
 }
