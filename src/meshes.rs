@@ -950,6 +950,11 @@ pub const KUMA: Mesh = Mesh {
                 "app/kuma-dp/pkg/dataplane/readiness/component.go (adminSocketPath)",
                 "v2.14.3",
             ),
+            src(
+                "kumahq/kuma",
+                "app/kuma-dp/cmd/run.go (the bootstrap's admin address as a pipe: adminSocketPath; none in v2.13.0)",
+                "v2.14.0",
+            ),
         ],
     }),
     instances: None,
