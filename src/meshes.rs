@@ -106,6 +106,9 @@ pub enum Parser {
     /// `enabled` on, `disabled` off, anything else unset (Linkerd warns and
     /// keeps its default).
     EnabledDisabled,
+    /// Kuma's `GetEnabled`: `true yes enabled` on, `false no disabled`
+    /// off, anything else an error (unset here).
+    KumaEnabled,
     /// Exactly this value is on; any other is off.
     Exact(&'static str),
     /// The key's presence is the fact.
@@ -139,6 +142,11 @@ impl Parser {
             Parser::IstioNative => on(value != "false"),
             Parser::LinkerdInject if value.is_empty() => Read::Unset,
             Parser::LinkerdInject => on(value == "enabled" || value == "ingress"),
+            Parser::KumaEnabled => match value {
+                "true" | "yes" | "enabled" => Read::On,
+                "false" | "no" | "disabled" => Read::Off,
+                _ => Read::Unset,
+            },
             Parser::Exact(wanted) => on(value == wanted),
             Parser::Present => Read::On,
         }
@@ -226,12 +234,13 @@ pub enum NativeProof {
 }
 
 /// From this release of a channel (`edge-` 23.11.4), the injector reads the
-/// `native` rule numbered `rule`.
+/// `native` rule numbered `rule` (`None`: it reads no native switch, as in a
+/// release line that never got a backport).
 #[derive(Debug)]
 pub struct Since {
     pub channel: &'static str,
     pub from: [u32; 3],
-    pub rule: usize,
+    pub rule: Option<usize>,
 }
 
 /// `24.2.4` as [24, 2, 4]; any other shape is none.
@@ -279,6 +288,61 @@ pub struct ArgoKill {
     pub sources: &'static [Source],
 }
 
+/// A pod annotation that gives the quit its path, read only where its
+/// switch (`under`) does not read off.
+#[derive(Debug)]
+pub struct PathMover {
+    pub key: Key,
+    pub under: Option<(Key, Parser)>,
+    pub source: Source,
+}
+
+/// A quit endpoint in the pod that must never be used, and why.
+#[derive(Debug)]
+pub struct AdminQuit {
+    pub port: u16,
+    pub path: &'static str,
+    pub why: &'static str,
+    pub source: Source,
+}
+
+/// An annotation kubectl-meshwrap writes on a Job's pod where the user set
+/// none, and only where the switch it belongs to (`under`) does not read
+/// off: a setting of a feature the pod turned off is never written.
+#[derive(Debug)]
+pub struct JobSetting {
+    pub key: Key,
+    pub value: &'static str,
+    pub under: Option<(Key, Parser)>,
+    pub why: &'static str,
+    pub source: Source,
+}
+
+impl JobSetting {
+    /// The setting belongs here: its switch, if any, does not read off.
+    pub fn applies(&self, get: Get) -> bool {
+        self.under
+            .is_none_or(|(key, parser)| get(key).is_none_or(|v| parser.read(v) != Read::Off))
+    }
+}
+
+/// A pod annotation that lists the services of a multi-port pod: the
+/// injector adds one proxy per item, the i-th (from 0) on each of the
+/// mesh's ports plus i.
+#[derive(Debug)]
+pub struct Instances {
+    pub key: Key,
+    pub separator: char,
+    pub source: Source,
+}
+
+/// Nothing in the pod may quit the proxy: who stops it instead.
+#[derive(Debug)]
+pub struct NoQuit {
+    pub why: &'static str,
+    pub sources: &'static [Source],
+}
+
 /// Everything known of one mesh.
 #[derive(Debug)]
 pub struct Mesh {
@@ -306,6 +370,16 @@ pub struct Mesh {
     /// What on a namespace turns the mesh on for every pod in it: what a
     /// manifest cannot show offline, and the webhook can read.
     pub by_namespace: &'static [NamespaceRule],
+    /// What gives the quit its path, where an annotation may.
+    pub quit_path: Option<PathMover>,
+    /// A quit that must never be sent (warned about where a user points at it).
+    pub admin_quit: Option<AdminQuit>,
+    /// What a Job's pod needs written (kubectl-meshwrap).
+    pub job_settings: &'static [JobSetting],
+    /// The proxy is never quit from the pod (`quit` is none), and why.
+    pub no_quit: Option<NoQuit>,
+    /// What makes the pod run one proxy per service.
+    pub instances: Option<Instances>,
 }
 
 /// A namespace's label or annotation that turns a mesh's injection on for
@@ -412,6 +486,11 @@ pub const ISTIO: Mesh = Mesh {
             source: ISTIO_NAMESPACE_SELECTOR,
         },
     ],
+    quit_path: None,
+    admin_quit: None,
+    job_settings: &[],
+    no_quit: None,
+    instances: None,
 };
 
 const ISTIO_NAMESPACE_SELECTOR: Source = src(
@@ -481,17 +560,17 @@ pub const LINKERD: Mesh = Mesh {
             Since {
                 channel: "edge-",
                 from: [23, 11, 4],
-                rule: 0,
+                rule: Some(0),
             },
             Since {
                 channel: "edge-",
                 from: [25, 10, 2],
-                rule: 1,
+                rule: Some(1),
             },
             Since {
                 channel: "edge-",
                 from: [26, 5, 2],
-                rule: 2,
+                rule: Some(2),
             },
         ],
         source: src(
@@ -554,6 +633,11 @@ pub const LINKERD: Mesh = Mesh {
             "version-2.20",
         ),
     }],
+    quit_path: None,
+    admin_quit: None,
+    job_settings: &[],
+    no_quit: None,
+    instances: None,
 };
 
 pub const VAULT: Mesh = Mesh {
@@ -622,6 +706,11 @@ pub const VAULT: Mesh = Mesh {
     // Only the pod's own `agent-inject` turns the agent on, whatever its
     // namespace (agent-inject/agent/agent.go ShouldInject, v1.7.6).
     by_namespace: &[],
+    quit_path: None,
+    admin_quit: None,
+    job_settings: &[],
+    no_quit: None,
+    instances: None,
 };
 
 pub const DAPR: Mesh = Mesh {
@@ -689,6 +778,245 @@ pub const DAPR: Mesh = Mesh {
     // Only the pod's own `dapr.io/enabled` turns daprd on
     // (pkg/injector/patcher/sidecar.go Enabled, v1.18.3).
     by_namespace: &[],
+    quit_path: None,
+    admin_quit: None,
+    job_settings: &[],
+    no_quit: None,
+    instances: None,
+};
+
+const CONSUL_K8S: &str = "hashicorp/consul-k8s";
+const CONSUL_LIFECYCLE: Key = ann("consul.hashicorp.com/enable-sidecar-proxy-lifecycle");
+
+pub const CONSUL: Mesh = Mesh {
+    name: "consul",
+    proxy: "consul-dataplane",
+    mark: Some(Mark {
+        key: ann("consul.hashicorp.com/connect-inject-status"),
+        parser: Parser::Exact("injected"),
+        source: src(
+            CONSUL_K8S,
+            "control-plane/connect-inject/webhook/mesh_webhook.go (KeyInjectStatus = Injected)",
+            "v2.0.3",
+        ),
+    }),
+    opt_in: &[Rule {
+        versions: "1.x, 2.x",
+        keys: &[ann("consul.hashicorp.com/connect-inject")],
+        parser: Parser::GoBool,
+        source: src(
+            CONSUL_K8S,
+            "control-plane/connect-inject/webhook/mesh_webhook.go (shouldInject: strconv.ParseBool)",
+            "v2.0.3",
+        ),
+    }],
+    no_sidecar: &[],
+    native: &[Rule {
+        versions: "1.6.9+, 1.7.5+, 1.8.2+, 1.9.0+",
+        keys: &[ann("consul.hashicorp.com/enable-consul-dataplane-as-sidecar")],
+        parser: Parser::GoBool,
+        source: src(
+            CONSUL_K8S,
+            "control-plane/connect-inject/lifecycle/lifecycle_configuration.go (EnableConsulDataplaneAsSidecar: \
+             ParseBool, \"\" the default); webhook/mesh_webhook.go (into InitContainers)",
+            "v2.0.3",
+        ),
+    }],
+    native_proof: NativeProof::Version {
+        key: ann("consul.hashicorp.com/consul-k8s-version"),
+        // version.GetHumanVersion: "v" + the release (+fips1402 on FIPS builds).
+        prefixes: &["v"],
+        // The switch came in 1.9.0 and the backports 1.6.9, 1.7.5, 1.8.2:
+        // 1.7.0-1.7.4 and 1.8.0-1.8.1 read none.
+        since: &[
+            Since {
+                channel: "",
+                from: [1, 6, 9],
+                rule: Some(0),
+            },
+            Since {
+                channel: "",
+                from: [1, 7, 0],
+                rule: None,
+            },
+            Since {
+                channel: "",
+                from: [1, 7, 5],
+                rule: Some(0),
+            },
+            Since {
+                channel: "",
+                from: [1, 8, 0],
+                rule: None,
+            },
+            Since {
+                channel: "",
+                from: [1, 8, 2],
+                rule: Some(0),
+            },
+        ],
+        source: src(
+            CONSUL_K8S,
+            "control-plane/connect-inject/webhook/mesh_webhook.go (defaultAnnotations: AnnotationConsulK8sVersion = \
+             version.GetHumanVersion()); version/version.go; AnnotationEnableConsulDataplaneAsSidecar first in \
+             v1.6.9, v1.7.5, v1.8.2, v1.9.0 (absent in v1.6.8, v1.7.4, v1.8.1)",
+            "v2.0.3",
+        ),
+    },
+    quit_switch: None,
+    // consul-dataplane's Envoy admin (-envoy-admin-bind-port, 19000 unless
+    // multi-port) and its lifecycle server at consul-k8s's -graceful-port.
+    ready: Some((19000, "/ready")),
+    quit: Some((20600, "/graceful_shutdown")),
+    endpoints_source: src(
+        CONSUL_K8S,
+        "control-plane/connect-inject/webhook/consul_dataplane_sidecar.go (-graceful-port always passed); \
+         constants/constants.go (DefaultGracefulPort 20600, DefaultGracefulShutdownPath)",
+        "v2.0.3",
+    ),
+    movers: &[Mover {
+        key: ann("consul.hashicorp.com/sidecar-proxy-lifecycle-graceful-port"),
+        moves_ready: false,
+        source: src(
+            CONSUL_K8S,
+            "control-plane/connect-inject/lifecycle/lifecycle_configuration.go (GracefulPort)",
+            "v2.0.3",
+        ),
+    }],
+    argo_kill: None,
+    quit_path: Some(PathMover {
+        key: ann("consul.hashicorp.com/sidecar-proxy-lifecycle-graceful-shutdown-path"),
+        // -graceful-shutdown-path is passed only with the lifecycle on;
+        // off, consul-dataplane serves its own /graceful_shutdown.
+        under: Some((CONSUL_LIFECYCLE, Parser::GoBool)),
+        source: src(
+            CONSUL_K8S,
+            "control-plane/connect-inject/webhook/consul_dataplane_sidecar.go (if enableProxyLifecycle)",
+            "v2.0.3",
+        ),
+    }),
+    admin_quit: Some(AdminQuit {
+        port: 19000,
+        path: "/quitquitquit",
+        why: "consul-dataplane outlives an Envoy quit through its admin and its liveness probe restarts it, so the \
+              pod never completes (consul-k8s #1791): quit through the lifecycle server, \
+              http://127.0.0.1:20600/graceful_shutdown (--sidecar consul)",
+        source: src(
+            "hashicorp/consul-dataplane",
+            "pkg/consuldp/lifecycle.go (gracefulShutdown)",
+            "v2.0.1",
+        ),
+    }),
+    job_settings: &[JobSetting {
+        key: ann("consul.hashicorp.com/sidecar-proxy-lifecycle-shutdown-grace-period-seconds"),
+        value: "0",
+        under: Some((CONSUL_LIFECYCLE, Parser::GoBool)),
+        why: "consul-dataplane's graceful shutdown drains the listeners (when on), then waits out the grace period \
+              (the chart's 30 s) before Envoy's quit; 0 quits as soon as the drain is asked for, and a Job whose \
+              command ended has no connection left to drain",
+        source: src(
+            "hashicorp/consul-dataplane",
+            "pkg/consuldp/lifecycle.go (gracefulShutdown: context.WithTimeout(grace), Drain, <-ctx.Done(), Quit); \
+             consul-k8s v2.0.3 lifecycle_configuration.go (ShutdownGracePeriodSeconds: ParseUint), \
+             charts/consul/values.yaml (defaultShutdownGracePeriodSeconds: 30)",
+            "v2.0.1",
+        ),
+    }],
+    no_quit: None,
+    instances: Some(Instances {
+        key: ann("consul.hashicorp.com/connect-service"),
+        separator: ',',
+        source: src(
+            CONSUL_K8S,
+            "control-plane/connect-inject/webhook/mesh_webhook.go (annotatedServiceNames, multiPortInfo.serviceIndex); \
+             consul_dataplane_sidecar.go (-envoy-admin-bind-port=19000+serviceIndex, gracefulPort+serviceIndex)",
+            "v2.0.3",
+        ),
+    }),
+    // consul-k8s injects by its own cluster-wide default and namespace
+    // selector (connectInject.default, false by default, and
+    // connectInject.namespaceSelector: charts/consul/values.yaml v2.0.3), not
+    // a mark on the namespace; a Consul Job without its grace setting still
+    // completes, 30 s late.
+    by_namespace: &[],
+};
+
+pub const KUMA: Mesh = Mesh {
+    name: "kuma",
+    proxy: "kuma-sidecar",
+    mark: Some(Mark {
+        key: ann("kuma.io/sidecar-injected"),
+        parser: Parser::Exact("true"),
+        source: src(
+            "kumahq/kuma",
+            "pkg/plugins/runtime/k8s/webhooks/injector/injector.go (NewAnnotations: KumaSidecarInjectedAnnotation = AnnotationTrue)",
+            "v2.14.3",
+        ),
+    }),
+    opt_in: &[Rule {
+        versions: "2.x",
+        keys: &[label("kuma.io/sidecar-injection")],
+        parser: Parser::KumaEnabled,
+        source: src(
+            "kumahq/kuma",
+            "pkg/plugins/runtime/k8s/webhooks/injector/precheck.go (pod labels, GetEnabled); metadata/annotations.go",
+            "v2.14.3",
+        ),
+    }],
+    no_sidecar: &[],
+    // No per-pod switch: the control plane's
+    // runtime.kubernetes.injector.sidecarContainers decides for every pod.
+    native: &[],
+    native_proof: NativeProof::Unshown {
+        source: src(
+            "kumahq/kuma",
+            "pkg/config/app/kuma-cp/kuma-cp.defaults.yaml (sidecarContainers: false from 2.7.0, true from 2.14.0); \
+             injector.go NewAnnotations (no version on the pod)",
+            "v2.14.3",
+        ),
+    },
+    quit_switch: None,
+    ready: Some((9902, "/ready")),
+    quit: None,
+    endpoints_source: src(
+        "kumahq/kuma",
+        "app/kuma-dp/pkg/dataplane/readiness/component.go (/ready: 200 READY, 503 NOT_READY or TERMINATING); \
+         pkg/config/app/kuma-dp/config.go (ReadinessPort 9902, KUMA_READINESS_PORT); app/kuma-dp/cmd/run.go \
+         (0.0.0.0 in Kubernetes)",
+        "v2.14.3",
+    ),
+    movers: &[],
+    argo_kill: None,
+    quit_path: None,
+    admin_quit: None,
+    job_settings: &[],
+    no_quit: Some(NoQuit {
+        why: "nothing in the pod can quit kuma-dp: from 2.14 Envoy's admin is on a Unix socket and its TCP port \
+              needs the control plane's certificate; the control plane quits a Job's regular sidecar once every \
+              other container has ended, and the kubelet stops a native one",
+        sources: &[
+            src(
+                "kumahq/kuma",
+                "pkg/plugins/runtime/k8s/controllers/pod_status_controller.go (onlySidecarContainerRunning, PostQuit)",
+                "v2.14.3",
+            ),
+            src(
+                "kumahq/kuma",
+                "app/kuma-dp/pkg/dataplane/readiness/component.go (adminSocketPath)",
+                "v2.14.3",
+            ),
+            src(
+                "kumahq/kuma",
+                "app/kuma-dp/cmd/run.go (the bootstrap's admin address as a pipe: adminSocketPath; none in v2.13.0)",
+                "v2.14.0",
+            ),
+        ],
+    }),
+    instances: None,
+    // A namespace label (`kuma.io/sidecar-injection: enabled`) turns Kuma
+    // on too, but a Kuma Job needs nothing written, so an unseen namespace
+    // adds nothing for it.
+    by_namespace: &[],
 };
 
 pub const CLOUDSQL: Mesh = Mesh {
@@ -709,13 +1037,18 @@ pub const CLOUDSQL: Mesh = Mesh {
     argo_kill: None,
     // Not injected: a container the spec declares.
     by_namespace: &[],
+    quit_path: None,
+    admin_quit: None,
+    job_settings: &[],
+    no_quit: None,
+    instances: None,
 };
 
 /// Every mesh, in the order `--mesh`, `--sidecar auto` and reports use.
-pub const MESHES: [&Mesh; 5] = [&ISTIO, &LINKERD, &VAULT, &DAPR, &CLOUDSQL];
+pub const MESHES: [&Mesh; 7] = [&ISTIO, &LINKERD, &VAULT, &DAPR, &CONSUL, &KUMA, &CLOUDSQL];
 
 /// The meshes whose injector marks the pods it injects: `--sidecar auto`'s.
-pub const MARKED: [&Mesh; 4] = [&ISTIO, &LINKERD, &VAULT, &DAPR];
+pub const MARKED: [&Mesh; 6] = [&ISTIO, &LINKERD, &VAULT, &DAPR, &CONSUL, &KUMA];
 
 /// The mesh named `name` (any case).
 pub fn by_name(name: &str) -> Option<&'static Mesh> {
@@ -772,6 +1105,8 @@ impl Mesh {
         };
         let value = get(*key)?;
         let version = prefixes.iter().find_map(|p| value.strip_prefix(p))?.trim();
+        // Build metadata (`+fips1402`) names the same release (SemVer 2.0.0 §10).
+        let version = version.split_once('+').map_or(version, |(v, _)| v);
         let rule = since
             .iter()
             .rfind(|s| {
@@ -780,7 +1115,7 @@ impl Mesh {
                     .and_then(release)
                     .is_some_and(|v| v >= s.from)
             })?
-            .rule;
+            .rule?;
         self.native.get(rule)
     }
 
@@ -847,6 +1182,22 @@ impl Mesh {
         self.quit_switch
             .as_ref()
             .is_none_or(|s| get(s.key).is_some_and(|v| s.parser.read(v) == Read::On))
+    }
+
+    /// The quit's path, where the pod's annotations give it one that its
+    /// injector passes on.
+    pub fn moved_quit_path<'v>(&self, get: Get<'_, 'v>) -> Option<&'v str> {
+        let mover = self.quit_path.as_ref()?;
+        let off = mover
+            .under
+            .is_some_and(|(key, parser)| get(key).is_some_and(|v| parser.read(v) == Read::Off));
+        get(mover.key).filter(|p| !off && p.starts_with('/'))
+    }
+
+    /// How many proxies the pod runs (1 unless it lists several services).
+    pub fn instances(&self, get: Get) -> u16 {
+        let Some(instances) = &self.instances else { return 1 };
+        get(instances.key).map_or(1, |v| v.split(instances.separator).count().clamp(1, 64) as u16)
     }
 
     /// The ports the pod's annotations move: (readiness, quit).
@@ -1376,6 +1727,185 @@ mod tests {
         assert_eq!(pflag_value(&["--http-portx=1"], "--http-port", false), None);
     }
 
+    // consul-k8s v2.0.3 control-plane/connect-inject/webhook/mesh_webhook.go:
+    // pod.Annotations[KeyInjectStatus] = Injected; shouldInject ParseBool.
+    #[test]
+    fn consul_marks_injected_pods_with_connect_inject_status_injected() {
+        let injected = [(ann("consul.hashicorp.com/connect-inject-status"), "injected")];
+        assert!(CONSUL.marked(&pod(&injected)));
+        assert_eq!(CONSUL.proxy, "consul-dataplane");
+        let other = [(ann("consul.hashicorp.com/connect-inject-status"), "true")];
+        assert!(!CONSUL.marked(&pod(&other)));
+        let opt_out = [(ann("consul.hashicorp.com/connect-inject"), "F")];
+        assert_eq!(CONSUL.asks_for(&pod(&opt_out)), Some(false));
+        let yes = [(ann("consul.hashicorp.com/connect-inject"), "yes")];
+        assert_eq!(CONSUL.asks_for(&pod(&yes)), None, "not ParseBool: the default stands");
+    }
+
+    // consul-k8s v2.0.3 consul_dataplane_sidecar.go and constants.go;
+    // consul-dataplane v2.0.1 pkg/consuldp/lifecycle.go.
+    #[test]
+    fn consul_waits_on_envoys_admin_ready_and_quits_through_the_lifecycle_server() {
+        assert_eq!(CONSUL.ready, Some((19000, "/ready")));
+        assert_eq!(CONSUL.quit, Some((20600, "/graceful_shutdown")));
+        let admin = CONSUL.admin_quit.as_ref().unwrap();
+        assert_eq!((admin.port, admin.path), (19000, "/quitquitquit"));
+        assert!(admin.why.contains("#1791"), "{}", admin.why);
+        assert!(CONSUL.quit != Some((admin.port, admin.path)));
+    }
+
+    // consul-k8s v2.0.3 lifecycle_configuration.go (GracefulPort,
+    // GracefulShutdownPath); consul_dataplane_sidecar.go passes the path
+    // only `if enableProxyLifecycle`.
+    #[test]
+    fn consul_graceful_port_moves_the_quit_and_its_path_counts_only_with_the_lifecycle_on() {
+        let port = ann("consul.hashicorp.com/sidecar-proxy-lifecycle-graceful-port");
+        let path = ann("consul.hashicorp.com/sidecar-proxy-lifecycle-graceful-shutdown-path");
+        let pairs = [(port, "20700"), (path, "/stop")];
+        assert_eq!(CONSUL.moved_ports(&pod(&pairs)), (None, Some(20700)));
+        assert_eq!(CONSUL.moved_quit_path(&pod(&pairs)), Some("/stop"));
+        let off = [(path, "/stop"), (CONSUL_LIFECYCLE, "false")];
+        assert_eq!(
+            CONSUL.moved_quit_path(&pod(&off)),
+            None,
+            "off: the dataplane's own path"
+        );
+        let on = [(path, "/stop"), (CONSUL_LIFECYCLE, "true")];
+        assert_eq!(CONSUL.moved_quit_path(&pod(&on)), Some("/stop"));
+    }
+
+    // consul-k8s: enable-consul-dataplane-as-sidecar first in v1.6.9,
+    // v1.7.5, v1.8.2 and v1.9.0 (not in v1.6.8, v1.7.4, v1.8.1);
+    // consul-k8s-version is version.GetHumanVersion() (v2.0.3).
+    #[test]
+    fn consul_native_counts_where_consul_k8s_version_shows_a_release_that_reads_the_switch() {
+        let version = ann("consul.hashicorp.com/consul-k8s-version");
+        let native = ann("consul.hashicorp.com/enable-consul-dataplane-as-sidecar");
+        let proven = |v: &str, value: &str| CONSUL.native_proven(&pod(&[(version, v), (native, value)]));
+        for v in [
+            "v1.6.9",
+            "v1.6.10",
+            "v1.7.5",
+            "v1.8.2",
+            "v1.9.0",
+            "v2.0.3",
+            "v1.9.0+fips1402",
+        ] {
+            assert!(proven(v, "true"), "{v}");
+        }
+        for v in [
+            "v1.6.8",
+            "v1.7.0",
+            "v1.7.4",
+            "v1.8.0",
+            "v1.8.1",
+            "1.9.0",
+            "v1.9.0-dev",
+            "v1.5.9",
+        ] {
+            assert!(!proven(v, "true"), "{v}");
+        }
+        assert!(!proven("v2.0.3", "yes"), "ParseBool: an error keeps the default");
+        assert!(!proven("v2.0.3", "0"));
+        assert!(
+            !CONSUL.native_proven(&pod(&[(native, "true")])),
+            "no version on the pod"
+        );
+        assert_eq!(CONSUL.native_keys(), [native.name]);
+    }
+
+    // consul-dataplane v2.0.1 pkg/consuldp/lifecycle.go gracefulShutdown;
+    // consul-k8s v2.0.3 charts/consul/values.yaml (30 s),
+    // lifecycle_configuration.go (ParseUint).
+    #[test]
+    fn consul_job_grace_period_is_0_and_only_where_the_lifecycle_is_not_off() {
+        let [setting] = CONSUL.job_settings else { panic!() };
+        assert_eq!(
+            (setting.key.name, setting.value),
+            (
+                "consul.hashicorp.com/sidecar-proxy-lifecycle-shutdown-grace-period-seconds",
+                "0"
+            )
+        );
+        assert!(setting.applies(&pod(&[])), "the chart's default: lifecycle on");
+        assert!(setting.applies(&pod(&[(CONSUL_LIFECYCLE, "true")])));
+        assert!(
+            setting.applies(&pod(&[(CONSUL_LIFECYCLE, "")])),
+            "\"\" keeps the default"
+        );
+        assert!(!setting.applies(&pod(&[(CONSUL_LIFECYCLE, "false")])));
+        assert!(!setting.applies(&pod(&[(CONSUL_LIFECYCLE, "0")])));
+        assert!(CONSUL.quit_switch.is_none(), "the lifecycle switch is never written");
+        assert!(
+            CONSUL.argo_kill.is_none(),
+            "distroless: no command reaches the lifecycle server"
+        );
+    }
+
+    // kumahq/kuma v2.14.3 injector.go (NewAnnotations), precheck.go,
+    // metadata/annotations.go (GetEnabled).
+    #[test]
+    fn kuma_marks_injected_pods_with_sidecar_injected_true_and_opts_in_by_label() {
+        let injected = [(ann("kuma.io/sidecar-injected"), "true")];
+        assert!(KUMA.marked(&pod(&injected)));
+        assert!(!KUMA.marked(&pod(&[(ann("kuma.io/sidecar-injected"), "false")])));
+        assert_eq!(KUMA.proxy, "kuma-sidecar");
+        assert_eq!(
+            reads(
+                Parser::KumaEnabled,
+                &["true", "yes", "enabled", "false", "no", "disabled", "True", "1"]
+            ),
+            [On, On, On, Off, Off, Off, Unset, Unset]
+        );
+        let opt_in = [(label("kuma.io/sidecar-injection"), "enabled")];
+        assert_eq!(KUMA.asks_for(&pod(&opt_in)), Some(true));
+        let as_annotation = [(ann("kuma.io/sidecar-injection"), "enabled")];
+        assert_eq!(KUMA.asks_for(&pod(&as_annotation)), None, "a label, not an annotation");
+    }
+
+    // kumahq/kuma v2.14.3 readiness/component.go, kuma-dp config.go, run.go;
+    // pod_status_controller.go.
+    #[test]
+    fn kuma_waits_on_the_readiness_reporter_at_9902_and_is_never_quit() {
+        assert_eq!(KUMA.ready, Some((9902, "/ready")));
+        assert_eq!(KUMA.quit, None);
+        let no_quit = KUMA.no_quit.as_ref().unwrap();
+        assert!(no_quit.why.contains("control plane") && no_quit.why.contains("kubelet"));
+        assert!(
+            no_quit
+                .sources
+                .iter()
+                .any(|s| s.path.contains("pod_status_controller.go"))
+        );
+        assert!(KUMA.quit_switch.is_none() && KUMA.job_settings.is_empty() && KUMA.argo_kill.is_none());
+    }
+
+    // kumahq/kuma kuma-cp.defaults.yaml: sidecarContainers false in 2.7.0,
+    // true in 2.14.0; no per-pod switch and no version on the pod.
+    #[test]
+    fn kuma_native_is_the_control_planes_choice_so_never_proven_on_the_pod() {
+        assert!(KUMA.native.is_empty());
+        let NativeProof::Unshown { source } = &KUMA.native_proof else {
+            panic!()
+        };
+        assert!(
+            source.path.contains("2.7.0") && source.path.contains("2.14.0"),
+            "{source:?}"
+        );
+        assert!(!KUMA.native_proven(&pod(&[(ann("kuma.io/sidecar-injected"), "true")])));
+    }
+
+    // consul-k8s v2.0.3 mesh_webhook.go annotatedServiceNames (strings.Split
+    // on ","; more than one is a multi-port pod), consul_dataplane_sidecar.go.
+    #[test]
+    fn consul_multi_port_pods_run_one_dataplane_per_service_on_ports_plus_its_index() {
+        let service = ann("consul.hashicorp.com/connect-service");
+        assert_eq!(CONSUL.instances(&pod(&[])), 1);
+        assert_eq!(CONSUL.instances(&pod(&[(service, "web")])), 1);
+        assert_eq!(CONSUL.instances(&pod(&[(service, "web,admin,metrics")])), 3);
+        assert_eq!(ISTIO.instances(&pod(&[(service, "a,b")])), 1, "Consul's key only");
+    }
+
     #[test]
     fn docs_meshes_md_names_every_key_of_the_table() {
         let docs = include_str!("../docs/meshes.md");
@@ -1415,6 +1945,11 @@ mod tests {
             sources.extend(mesh.quit_switch.as_ref().map(|s| &s.source));
             sources.extend(mesh.movers.iter().map(|m| &m.source));
             sources.extend(mesh.argo_kill.iter().flat_map(|k| k.sources));
+            sources.extend(mesh.no_quit.iter().flat_map(|q| q.sources));
+            sources.extend(mesh.quit_path.as_ref().map(|p| &p.source));
+            sources.extend(mesh.admin_quit.as_ref().map(|a| &a.source));
+            sources.extend(mesh.job_settings.iter().map(|j| &j.source));
+            sources.extend(mesh.instances.as_ref().map(|i| &i.source));
             sources.push(&mesh.endpoints_source);
             for s in sources {
                 assert!(

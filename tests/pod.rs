@@ -23,12 +23,12 @@ fn dataset_url() -> String {
 
 /// A pod namespace with the mesh redirect, linked to a remote host serving
 /// the dataset, and meshwrap installed in its emptyDir by the init container.
-struct MeshedPod {
-    node: Node,
-    ns: String,
+pub(crate) struct MeshedPod {
+    pub(crate) node: Node,
+    pub(crate) ns: String,
     meshwrap: String,
     fakemesh: String,
-    _remote: Running,
+    _remote: Option<Running>,
 }
 
 fn meshed_pod() -> MeshedPod {
@@ -45,11 +45,24 @@ fn meshed_pod() -> MeshedPod {
         ns,
         meshwrap,
         fakemesh,
-        _remote: remote,
+        _remote: Some(remote),
     }
 }
 
 impl MeshedPod {
+    /// A pod namespace of `node`'s without the redirect or the remote host
+    /// (tests/consul.rs: a real Envoy stands in for the proxy).
+    pub(crate) fn bare(node: Node, ns: String) -> MeshedPod {
+        let meshwrap = node.empty_dir_with_meshwrap().to_string_lossy().into_owned();
+        MeshedPod {
+            node,
+            ns,
+            meshwrap,
+            fakemesh: String::new(),
+            _remote: None,
+        }
+    }
+
     /// The app container running `args` (meshwrap's, or none) around the dataset download.
     fn fetch(&self, meshwrap_args: Option<&[&str]>, exit_code: &str) -> Running {
         let url = dataset_url();
@@ -249,12 +262,12 @@ impl Guarded {
         self.options.iter().map(String::as_str).collect()
     }
 
-    fn guard(&self) -> Running {
+    pub(crate) fn guard(&self) -> Running {
         self.pod.node.guard(&self.pod.ns, &self.pod.meshwrap, &self.options())
     }
 
     /// The app container: meshwrap with the shared options around `command`.
-    fn app(&self, command: &[&str]) -> Running {
+    pub(crate) fn app(&self, command: &[&str]) -> Running {
         let mut line = vec![self.pod.meshwrap.as_str()];
         line.extend(self.options());
         line.push("--");
@@ -501,10 +514,10 @@ fn pod_16_a_real_oom_kill_under_a_memory_limit_fails_the_pod_with_137_and_one_qu
 /// Downward API's holding the template's annotations and what the mesh
 /// injectors write (`marks`), and each container's args with every
 /// mountPath put where its volume's directory is.
-struct Wrapped {
+pub(crate) struct Wrapped {
     template: serde_yaml::Value,
     volumes: std::collections::HashMap<String, String>,
-    annotations: std::path::PathBuf,
+    pub(crate) annotations: std::path::PathBuf,
 }
 
 fn strings(v: &serde_yaml::Value) -> Vec<String> {
@@ -517,7 +530,7 @@ fn strings(v: &serde_yaml::Value) -> Vec<String> {
 
 impl Wrapped {
     /// The template of `file`'s document named `name` (the first, if none).
-    fn load(pod: &MeshedPod, file: &str, name: Option<&str>, marks: &[&str]) -> Wrapped {
+    pub(crate) fn load(pod: &MeshedPod, file: &str, name: Option<&str>, marks: &[&str]) -> Wrapped {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
         let text = std::fs::read_to_string(&path).unwrap();
         let doc = serde_yaml::Deserializer::from_str(&text)
@@ -604,7 +617,7 @@ impl Wrapped {
     }
 
     /// The init container: the image's entrypoint (meshwrap) with its args.
-    fn install(&self) {
+    pub(crate) fn install(&self) {
         let install = self.container("initContainers", "meshwrap-install");
         let run = Meshwrap::new()
             .args(self.mapped(&install, &strings(&install["args"])))
@@ -613,14 +626,14 @@ impl Wrapped {
     }
 
     /// The guard container, once it watches.
-    fn guard(&self, pod: &MeshedPod) -> Running {
+    pub(crate) fn guard(&self, pod: &MeshedPod) -> Running {
         let mut guard = self.guard_started(pod);
         guard.wait_stderr("guard: watching meshwrap's run");
         guard
     }
 
     /// The guard container, started.
-    fn guard_started(&self, pod: &MeshedPod) -> Running {
+    pub(crate) fn guard_started(&self, pod: &MeshedPod) -> Running {
         let spec = self.container("containers", "meshwrap-guard");
         let bin = meshwrap_bin().to_string_lossy().into_owned();
         let mut line = vec!["env".to_string(), self.podinfo(&spec), bin];
@@ -631,7 +644,7 @@ impl Wrapped {
 
     /// The wrapped container: its meshwrap prefix, then `command` in place
     /// of the user's own.
-    fn app(&self, pod: &MeshedPod, name: &str, command: &[&str]) -> Running {
+    pub(crate) fn app(&self, pod: &MeshedPod, name: &str, command: &[&str]) -> Running {
         let spec = self.container("containers", name);
         let prefix = strings(&spec["command"]);
         let dash = prefix.iter().position(|a| a == "--").unwrap();

@@ -217,7 +217,7 @@ fn explain_lists_what_each_preset_contributed() {
 #[test]
 fn an_unknown_preset_is_bad_input() {
     for (args, env, name) in [
-        (vec!["--sidecar", "consul"], None, "--sidecar"),
+        (vec!["--sidecar", "consulx"], None, "--sidecar"),
         (vec![], Some("istio,,linkerd"), "MESHWRAP_SIDECAR"),
     ] {
         let mut mw = Meshwrap::new();
@@ -264,4 +264,25 @@ fn no_quit_on_the_exit_codes_the_kubelet_restarts_on() {
         .run()
         .assert_code(7);
     assert_eq!(sidecar.quits(), 0);
+}
+
+/// consul-k8s #1791: Envoy's own quit at consul-dataplane's admin (19000)
+/// makes the dataplane's liveness probe restart it; a quit URL pointed
+/// there is used as given, with a warning that says why and where to quit.
+#[test]
+fn a_quit_url_at_consuls_envoy_admin_is_warned_about() {
+    let run = Meshwrap::new()
+        .args(["--sidecar", "none", "--quit-url", "http://127.0.0.1:19000/quitquitquit"])
+        .args(["sh", "-c", "echo ran"])
+        .run();
+    run.assert_code(0)
+        .assert_stdout("ran\n")
+        .assert_stderr_has("warn: the quit http://127.0.0.1:19000/quitquitquit is consul's Envoy admin")
+        .assert_stderr_has("consul-k8s #1791")
+        .assert_stderr_has("127.0.0.1:20600/graceful_shutdown");
+    let elsewhere = Meshwrap::new()
+        .args(["--sidecar", "none", "--quit-url", "http://127.0.0.1:15000/quitquitquit"])
+        .args(["sh", "-c", "echo ran"])
+        .run();
+    elsewhere.assert_code(0).assert_stderr_lacks("Envoy admin");
 }

@@ -103,8 +103,8 @@ pub struct PodOptions {
           value_parser = ["init-container", "image-volume"])]
     pub delivery: String,
     /// The meshes the namespace injects, which a manifest cannot show: istio, linkerd, vault, dapr,
-    /// cloudsql, none (only what the pod template shows), or auto (not known: a pod that shows no
-    /// mesh also gets the switches of each mesh a namespace can turn on). Comma-separated
+    /// consul, kuma, cloudsql, none (only what the pod template shows), or auto (not known: a pod that
+    /// shows no mesh also gets the switches of each mesh a namespace can turn on). Comma-separated
     #[arg(long, value_name = "MESH", env = "MESHWRAP_MESH", default_value = "auto", value_delimiter = ',',
           value_parser = mesh)]
     pub mesh: Vec<String>,
@@ -326,7 +326,7 @@ fn mesh(s: &str) -> Result<String, String> {
     if s == "auto" || s == "none" || crate::mesh::Kind::parse(s).is_some() {
         Ok(s.to_string())
     } else {
-        Err("auto, none, istio, linkerd, vault, dapr or cloudsql".into())
+        Err(crate::mesh::accepted())
     }
 }
 

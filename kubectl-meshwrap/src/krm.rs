@@ -137,9 +137,8 @@ fn pod_fit(field: &dyn Fn(&str) -> Option<String>, opts: &mut Options) -> Result
         let names: Vec<&str> = meshes.split(',').map(str::trim).collect();
         opts.namespace_unseen = names.iter().all(|m| *m == "auto");
         for name in names.into_iter().filter(|m| *m != "auto" && *m != "none") {
-            let kind = crate::mesh::Kind::parse(name).ok_or_else(|| {
-                format!("functionConfig: mesh \"{name}\" is not auto, none, istio, linkerd, vault, dapr or cloudsql")
-            })?;
+            let kind = crate::mesh::Kind::parse(name)
+                .ok_or_else(|| format!("functionConfig: mesh \"{name}\" is not {}", crate::mesh::accepted()))?;
             opts.meshes.push(kind);
         }
     }

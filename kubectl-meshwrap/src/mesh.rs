@@ -30,10 +30,25 @@ pub enum Kind {
     Linkerd,
     Vault,
     Dapr,
+    Consul,
+    Kuma,
     CloudSql,
 }
 
-pub const KINDS: [Kind; 5] = [Kind::Istio, Kind::Linkerd, Kind::Vault, Kind::Dapr, Kind::CloudSql];
+/// The meshes that take over a pod's traffic through their proxy: a pod
+/// runs in one of them, while Vault's agent, Dapr's daprd and the Cloud SQL
+/// proxy sit beside any.
+pub const SERVICE_MESHES: [Kind; 4] = [Kind::Istio, Kind::Linkerd, Kind::Consul, Kind::Kuma];
+
+pub const KINDS: [Kind; 7] = [
+    Kind::Istio,
+    Kind::Linkerd,
+    Kind::Vault,
+    Kind::Dapr,
+    Kind::Consul,
+    Kind::Kuma,
+    Kind::CloudSql,
+];
 
 impl Kind {
     /// The mesh's facts.
@@ -43,12 +58,21 @@ impl Kind {
             Kind::Linkerd => &meshes::LINKERD,
             Kind::Vault => &meshes::VAULT,
             Kind::Dapr => &meshes::DAPR,
+            Kind::Consul => &meshes::CONSUL,
+            Kind::Kuma => &meshes::KUMA,
             Kind::CloudSql => &meshes::CLOUDSQL,
         }
     }
     pub fn parse(name: &str) -> Option<Kind> {
         KINDS.into_iter().find(|k| k.facts().name.eq_ignore_ascii_case(name))
     }
+}
+
+/// What `--mesh` accepts, for error lines: `auto, istio, ... or cloudsql`.
+pub fn accepted() -> String {
+    let names: Vec<&str> = KINDS.iter().map(|k| k.facts().name).collect();
+    let (last, rest) = names.split_last().unwrap_or((&"", &[]));
+    format!("auto, none, {} or {last}", rest.join(", "))
 }
 
 /// What a pod template shows of itself.
@@ -106,8 +130,8 @@ pub fn find(t: &Template, namespace_level: &[Kind], namespace_unseen: bool) -> V
 
 /// The meshes a namespace nobody named may turn on for this pod: each mesh
 /// a namespace can turn on (`by_namespace` in the table) that the pod
-/// neither opts out of nor shows. None where the pod already shows such a
-/// mesh: its author knows the mesh it runs in.
+/// neither opts out of nor shows. None where the pod already shows a
+/// service mesh ([`SERVICE_MESHES`]): its author knows the mesh it runs in.
 ///
 /// Fail safe: inject cannot see the namespace, and a quit switch that no
 /// proxy reads is inert, while a missing one is a Job that never completes
@@ -115,7 +139,7 @@ pub fn find(t: &Template, namespace_level: &[Kind], namespace_unseen: bool) -> V
 fn unseen_namespace(t: &Template, found: &[Found]) -> Vec<Found> {
     let get = |key: Key| t.get(key);
     let by_namespace = |kind: &Kind| !kind.facts().by_namespace.is_empty();
-    if found.iter().any(|f| by_namespace(&f.kind)) {
+    if found.iter().any(|f| SERVICE_MESHES.contains(&f.kind)) {
         return Vec::new();
     }
     KINDS
@@ -391,6 +415,73 @@ mod tests {
 
     fn by_annotations(annotations: Value) -> Vec<(Kind, bool)> {
         found(annotations, json!({}), json!([]), json!([]))
+    }
+
+    #[test]
+    fn consul_is_found_from_its_opt_in_its_mark_or_its_dataplane_and_native_only_where_proven() {
+        let native = "consul.hashicorp.com/enable-consul-dataplane-as-sidecar";
+        assert_eq!(
+            by_annotations(json!({"consul.hashicorp.com/connect-inject": "true"})),
+            [(Kind::Consul, false)]
+        );
+        assert_eq!(
+            by_annotations(json!({"consul.hashicorp.com/connect-inject-status": "injected"})),
+            [(Kind::Consul, false)]
+        );
+        assert_eq!(
+            found(json!({}), json!({}), json!([{"name": "consul-dataplane"}]), json!([])),
+            [(Kind::Consul, false)]
+        );
+        assert_eq!(
+            by_annotations(json!({"consul.hashicorp.com/connect-inject": "true", native: "true"})),
+            [(Kind::Consul, false)],
+            "offline no injector wrote its version"
+        );
+        assert_eq!(
+            by_annotations(json!({
+                "consul.hashicorp.com/connect-inject-status": "injected",
+                "consul.hashicorp.com/consul-k8s-version": "v1.9.0",
+                native: "true",
+            })),
+            [(Kind::Consul, true)]
+        );
+        assert_eq!(Kind::parse("Consul"), Some(Kind::Consul));
+    }
+
+    #[test]
+    fn kuma_is_found_from_its_label_its_mark_or_its_sidecar_and_never_native_by_a_switch() {
+        assert_eq!(
+            found(
+                json!({}),
+                json!({"kuma.io/sidecar-injection": "enabled"}),
+                json!([]),
+                json!([])
+            ),
+            [(Kind::Kuma, false)]
+        );
+        assert_eq!(
+            by_annotations(json!({"kuma.io/sidecar-injected": "true"})),
+            [(Kind::Kuma, false)]
+        );
+        assert_eq!(
+            found(
+                json!({}),
+                json!({}),
+                json!([]),
+                json!([{"name": "kuma-sidecar", "restartPolicy": "Always"}])
+            ),
+            [(Kind::Kuma, true)],
+            "declared native in the spec"
+        );
+        assert_eq!(
+            found(
+                json!({}),
+                json!({"kuma.io/sidecar-injection": "disabled"}),
+                json!([]),
+                json!([])
+            ),
+            []
+        );
     }
 
     #[test]

@@ -61,12 +61,14 @@ pub const PODINFO_DIR: &str = "/etc/podinfo";
 
 /// Containers that are sidecars, never the workload: the meshes' proxies,
 /// Argo's `wait`, meshwrap's guard.
-pub const KNOWN_SIDECARS: [&str; 7] = [
+pub const KNOWN_SIDECARS: [&str; 9] = [
     meshes::ISTIO.proxy,
     meshes::LINKERD.proxy,
     meshes::DAPR.proxy,
     meshes::VAULT.proxy,
     meshes::CLOUDSQL.proxy,
+    meshes::CONSUL.proxy,
+    meshes::KUMA.proxy,
     "wait",
     GUARD_CONTAINER,
 ];
@@ -461,7 +463,9 @@ fn decide<'a>(doc: &'a Value, place: &'a Place, opts: &Options) -> Result<(Pod<'
     let (image, timeout) = settings(&pod, opts)?;
     let fit = fit(&pod, opts)?;
     let (mesh, cloudsql) = mesh(&pod, &every, opts, policy != "never")?;
-    let guard = policy != "never" && !mesh.native_only;
+    // A mesh an unseen namespace may add is quit (fail safe): only where
+    // every mesh, seen or not, is one nothing in the pod quits is there no guard.
+    let guard = policy != "never" && !mesh.native_only && !nothing_to_quit(&every);
     conflicts(&pod, &chosen)?;
     let switches = switches(&pod, &every, policy != "never", cloudsql);
     let podinfo = podinfo_volume(&chosen);
@@ -937,6 +941,12 @@ fn sidecar_items(list: &str) -> Vec<String> {
         .collect()
 }
 
+/// Every mesh found is one nothing in the pod may quit (Kuma: its control
+/// plane or the kubelet stops it), so a guard would have nothing to do.
+fn nothing_to_quit(found: &[Found]) -> bool {
+    !found.is_empty() && found.iter().all(|f| f.kind.facts().no_quit.is_some())
+}
+
 /// The presets meshwrap is told about, and whether every mesh is native.
 /// Only a sidecar no annotation reveals is named: a Cloud SQL proxy the
 /// spec declares, at the places its flags and variables give (added to
@@ -1044,6 +1054,7 @@ fn switches(pod: &Pod, found: &[Found], quits: bool, cloudsql: Option<(Path, mes
 fn mesh_switches(pod: &Pod, facts: &meshes::Mesh, quits: bool, out: &mut Switches) {
     if quits {
         quit_switch(pod, facts, out);
+        job_settings(pod, facts, out);
     }
     if pod.place.argo {
         argo_kill(pod, facts, out);
@@ -1100,6 +1111,29 @@ fn quit_switch(pod: &Pod, facts: &meshes::Mesh, out: &mut Switches) {
     }
 }
 
+/// The settings the table says a Job's pod needs (Consul's shutdown grace
+/// period), each only where the user set none and its switch is not off:
+/// a value the user set stays, reported where it differs.
+fn job_settings(pod: &Pod, facts: &meshes::Mesh, out: &mut Switches) {
+    for setting in facts.job_settings {
+        let key = setting.key.name;
+        match pod.annotation(key) {
+            _ if !setting.applies(&|k| pod.get(k)) => {}
+            None if out.annotations.iter().any(|(k, _)| k == key) => {}
+            None => {
+                out.annotations.push((key.into(), setting.value.into()));
+                out.notes
+                    .push(format!("set {key}: \"{}\": {}", setting.value, setting.why));
+            }
+            Some(v) if v == setting.value => {}
+            Some(v) => out.notes.push(format!(
+                "{key} is \"{v}\": left as set (meshwrap would write \"{}\")",
+                setting.value
+            )),
+        }
+    }
+}
+
 /// Argo stops an injected proxy with `kill` through `/bin/sh`, which
 /// distroless proxy images lack: the table gives the command that works
 /// (and a command that asks the proxy's quit endpoint gets its switch).
@@ -1115,7 +1149,7 @@ fn argo_kill(pod: &Pod, facts: &meshes::Mesh, out: &mut Switches) {
                 quit_switch(pod, facts, out);
             }
         }
-        (None, None) if facts.name == meshes::DAPR.name || facts.name == meshes::CLOUDSQL.name => {
+        (None, None) if [meshes::DAPR.name, meshes::CLOUDSQL.name, meshes::CONSUL.name].contains(&facts.name) => {
             out.notes.push(format!(
                 "Argo stops {} through /bin/sh, which its image lacks: give it {key} or make it a native sidecar",
                 facts.proxy

@@ -40,7 +40,12 @@ fn bad_pod_options_are_one_line_that_names_them() {
         "--resources",
         "KIND.RESOURCE=QUANTITY",
     );
-    refused(&["--mesh", "istoi"], &[], "--mesh", "auto, none, istio, linkerd");
+    refused(
+        &["--mesh", "istoi"],
+        &[],
+        "--mesh",
+        "auto, none, istio, linkerd, vault, dapr, consul, kuma or cloudsql",
+    );
     refused(&["--native", "maybe"], &[], "--native", "prefer");
 }
 
@@ -192,5 +197,5 @@ fn sidecar_takes_auto_and_lists_as_meshwraps_does() {
         JOB,
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
-    refused(&["--sidecar", "consul"], &[], "--sidecar", "'consul' is not a preset");
+    refused(&["--sidecar", "consulx"], &[], "--sidecar", "'consulx' is not a preset");
 }

@@ -53,9 +53,10 @@ Exit status:
 #[command(override_usage = "meshwrap [OPTIONS] [--] <COMMAND> [ARG]...")]
 pub struct Args {
     /// A sidecar to wait for and quit, by name: auto (the default), istio,
-    /// envoy, linkerd, cloudsql, vault, dapr or none. auto takes the sidecars
-    /// whose injector marked the pod in its annotations (Istio, Linkerd,
-    /// Vault, Dapr), or Istio's when no annotations file is mounted.
+    /// envoy, linkerd, cloudsql, vault, dapr, consul, kuma (waited for, never
+    /// quit) or none. auto takes the sidecars whose injector marked the pod
+    /// in its annotations (Istio, Linkerd, Vault, Dapr, Consul, Kuma), or
+    /// Istio's when no annotations file is mounted.
     /// NAME=HOST or NAME=HOST:PORT moves its endpoints (its other port keeps
     /// its distance); NAME=PLACE/QUIT_PLACE gives the quit its own place.
     /// Repeatable; --ready-url and --quit-url add to the presets'

@@ -491,6 +491,9 @@ impl Resolver<'_> {
                         self.explain.push((kind, endpoint.url.clone(), by));
                     }
                 }
+                if let Some(no_quit) = s.preset.mesh.and_then(|m| m.no_quit.as_ref()) {
+                    self.explain.push(("quit-url", format!("none: {}", no_quit.why), by));
+                }
             }
         }
         Ok(sidecars)
@@ -635,10 +638,16 @@ mod tests {
                 ("http://127.0.0.1:15021/healthz/ready", Some("istio")),
                 ("http://127.0.0.1:4191/ready", Some("linkerd")),
                 ("http://127.0.0.1:3500/v1.0/healthz/outbound", Some("dapr")),
+                ("http://127.0.0.1:19000/ready", Some("consul")),
+                ("http://127.0.0.1:9902/ready", Some("kuma")),
             ]
         );
         let quits: Vec<_> = urls(&c.quit_urls).into_iter().map(|(_, p)| p.unwrap()).collect();
-        assert_eq!(quits, ["istio", "linkerd", "vault", "dapr"]);
+        assert_eq!(
+            quits,
+            ["istio", "linkerd", "vault", "dapr", "consul"],
+            "Kuma is never quit"
+        );
     }
 
     #[test]
@@ -686,8 +695,8 @@ mod tests {
     fn endpoints_name_the_flag_of_a_bad_url() {
         let e = resolved(&["--ready-url", "ftp://x/", "--", "x"]).unwrap_err();
         assert!(e.starts_with("invalid --ready-url 'ftp://x/'"), "{e}");
-        let e = resolved(&["--sidecar", "consul", "--", "x"]).unwrap_err();
-        assert!(e.starts_with("invalid --sidecar 'consul'"), "{e}");
+        let e = resolved(&["--sidecar", "consulx", "--", "x"]).unwrap_err();
+        assert!(e.starts_with("invalid --sidecar 'consulx'"), "{e}");
     }
 
     #[test]
@@ -757,6 +766,10 @@ mod tests {
                 "quit-url",
                 "ready-url",
                 "quit-url",
+                "quit-url",
+                "ready-url",
+                "quit-url",
+                "ready-url",
                 "quit-url",
                 "ready-url",
                 "quit-url",

@@ -118,6 +118,11 @@ impl Endpoint {
         }
     }
 
+    /// The same host and target on another port.
+    pub fn with_port(&self, port: u16) -> Option<Endpoint> {
+        Endpoint::parse(&format!("http://{}:{port}{}", self.host_text(), self.target)).ok()
+    }
+
     /// The port, if the URL gave one.
     pub fn explicit_port(&self) -> Option<u16> {
         self.authority

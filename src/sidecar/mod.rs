@@ -146,8 +146,11 @@ pub fn plan(ready: &[Target], quit: &[Target], native: Native, annotations: &std
     if let (true, Ok(Some(facts))) = (auto, facts) {
         follow_moves(&mut ready, facts, true);
         follow_moves(&mut quit, facts, false);
+        fan_out(&mut ready, facts);
+        fan_out(&mut quit, facts);
     }
     drop_native_quits(&mut quit, native, &natives);
+    warn_admin_quits(&quit);
     Plan {
         ready: distinct(ready).into_iter().map(|t| t.endpoint).collect(),
         quit: distinct(quit),
@@ -155,24 +158,75 @@ pub fn plan(ready: &[Target], quit: &[Target], native: Native, annotations: &std
 }
 
 /// The ports the pod's annotations moved (Linkerd's admin port, Istio's
-/// status port, Vault's listener), for the presets `auto` took as they are.
+/// status port, Vault's listener, Consul's graceful port) and the quit path
+/// they gave (Consul's), for the presets `auto` took as they are.
 fn follow_moves(targets: &mut [Target], facts: &pod::Facts, ready: bool) {
     for target in targets {
         let Some(preset) = target.preset else { continue };
         let Some(seen) = facts.of(preset.name) else { continue };
-        let Some(port) = (if ready { seen.ready_port } else { seen.quit_port }) else {
+        let port = if ready { seen.ready_port } else { seen.quit_port };
+        let path = if ready { None } else { seen.quit_path.as_deref() };
+        if port.is_none() && path.is_none() {
             continue;
+        }
+        let moved = match port {
+            Some(port) if ready => format!("{}=127.0.0.1:{port}", preset.name),
+            Some(port) => format!("{}=127.0.0.1/127.0.0.1:{port}", preset.name),
+            None => preset.name.to_string(),
         };
-        let place = if ready {
-            format!("{}=127.0.0.1:{port}", preset.name)
-        } else {
-            format!("{}=127.0.0.1/127.0.0.1:{port}", preset.name)
-        };
-        let moved = preset::parse(&place)
+        let moved = preset::parse(&moved)
             .ok()
-            .and_then(|s| if ready { s.ready } else { s.quit });
+            .and_then(|s| if ready { s.ready } else { s.quit })
+            .and_then(|e| match path {
+                Some(path) => Endpoint::parse(&format!("http://{}:{}{path}", e.host_text(), e.explicit_port()?)).ok(),
+                None => Some(e),
+            });
         if let Some(endpoint) = moved {
             target.endpoint = endpoint;
+        }
+    }
+}
+
+/// One endpoint per proxy where the pod runs several (Consul's multi-port
+/// pods: the i-th on each port plus i), each waited for and quit.
+fn fan_out(targets: &mut Vec<Target>, facts: &pod::Facts) {
+    let mut more = Vec::new();
+    for target in targets.iter() {
+        let Some(seen) = target.preset.and_then(|p| facts.of(p.name)) else {
+            continue;
+        };
+        let Some(port) = target.endpoint.explicit_port() else {
+            continue;
+        };
+        for i in 1..seen.instances {
+            if let Some(endpoint) = port.checked_add(i).and_then(|p| target.endpoint.with_port(p)) {
+                more.push(Target {
+                    endpoint,
+                    preset: target.preset,
+                });
+            }
+        }
+    }
+    targets.extend(more);
+}
+
+/// A quit pointed at a proxy's own admin where its mesh forbids it
+/// (Consul's Envoy, whose dataplane restarts it): warned once, with why.
+/// The user's URL is still used: they may know better (warn, not refuse).
+fn warn_admin_quits(quit: &[Target]) {
+    for mesh in crate::meshes::MESHES {
+        let Some(admin) = &mesh.admin_quit else { continue };
+        let Ok(forbidden) = Endpoint::parse(&format!("http://127.0.0.1:{}{}", admin.port, admin.path)) else {
+            continue;
+        };
+        if let Some(t) = quit.iter().find(|t| t.endpoint.same_resource(&forbidden)) {
+            log!(
+                Warn,
+                format!(
+                    "the quit {} is {}'s Envoy admin: {}",
+                    t.endpoint.url, mesh.name, admin.why
+                )
+            );
         }
     }
 }

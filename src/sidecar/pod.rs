@@ -53,12 +53,17 @@ pub struct Seen {
     pub ready_port: Option<u16>,
     /// The quit port the pod's annotations moved it to.
     pub quit_port: Option<u16>,
+    /// The quit path the pod's annotations gave it (Consul's lifecycle).
+    pub quit_path: Option<String>,
+    /// How many of it the pod runs, each on the ports plus its index
+    /// (Consul's multi-port pods); 0 or 1: one.
+    pub instances: u16,
 }
 
 /// What the annotations say, mesh by mesh in [`meshes::MARKED`]'s order.
 #[derive(Debug, Default)]
 pub struct Facts {
-    pub seen: [Seen; 4],
+    pub seen: [Seen; meshes::MARKED.len()],
     /// Values that could not be read, each about one mesh (warned once).
     pub warnings: Vec<String>,
 }
@@ -203,6 +208,8 @@ pub fn facts(annotations: &BTreeMap<String, String>, labels: Option<&BTreeMap<St
     for (mesh, seen) in meshes::MARKED.iter().zip(facts.seen.iter_mut()) {
         seen.shown_by = mesh.mark.as_ref().map_or("", |m| m.key.name);
         (seen.ready_port, seen.quit_port) = mesh.moved_ports(&get);
+        seen.quit_path = mesh.moved_quit_path(&get).map(str::to_string);
+        seen.instances = mesh.instances(&get);
         // Native only where proven (the pod shows an injector version that
         // reads the switch): otherwise a regular container, and quit.
         seen.native = mesh.native_proven(&get);

@@ -41,7 +41,7 @@ const fn of(mesh: &'static Mesh, not_found_hint: Option<&'static str>, exits_bef
     }
 }
 
-pub const PRESETS: [Preset; 7] = [
+pub const PRESETS: [Preset; 9] = [
     of(&meshes::ISTIO, None, false),
     Preset {
         name: "envoy",
@@ -74,6 +74,8 @@ pub const PRESETS: [Preset; 7] = [
         false,
     ),
     of(&meshes::DAPR, None, false),
+    of(&meshes::CONSUL, None, false),
+    of(&meshes::KUMA, None, false),
     Preset {
         name: "none",
         mesh: None,
@@ -86,12 +88,15 @@ pub const PRESETS: [Preset; 7] = [
 
 /// The presets `--sidecar auto` considers: those whose injector marks the
 /// pods it injects (`meshes::MARKED`).
-pub const AUTO: [&str; 4] = [
-    meshes::MARKED[0].name,
-    meshes::MARKED[1].name,
-    meshes::MARKED[2].name,
-    meshes::MARKED[3].name,
-];
+pub const AUTO: [&str; meshes::MARKED.len()] = {
+    let mut names = [""; meshes::MARKED.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = meshes::MARKED[i].name;
+        i += 1;
+    }
+    names
+};
 
 /// What a preset value may look like, for error messages.
 pub fn accepts() -> String {
@@ -239,13 +244,13 @@ mod tests {
                 assert!(hint.contains(switch.key.name) && hint.contains(switch.on), "{hint}");
             }
         }
-        assert_eq!(AUTO, ["istio", "linkerd", "vault", "dapr"]);
+        assert_eq!(AUTO, ["istio", "linkerd", "vault", "dapr", "consul", "kuma"]);
     }
 
     #[test]
     fn rejects_unknown_presets_and_bad_places() {
         for value in [
-            "consul",
+            "consulx",
             "istio=",
             "istio=h:99999",
             "istio=h:x",

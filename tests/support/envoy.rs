@@ -99,9 +99,14 @@ pub struct Envoy {
 impl Envoy {
     /// Starts Envoy in `ns` and returns once its admin listens.
     pub fn start(node: &Node, ns: &str, warm: Warm) -> Envoy {
+        Envoy::start_on(node, ns, warm, 15000)
+    }
+
+    /// Starts Envoy with its admin on 127.0.0.1:`admin_port` (Consul's dataplane: 19000).
+    pub fn start_on(node: &Node, ns: &str, warm: Warm, admin_port: u16) -> Envoy {
         let dir = node.empty_dir("envoy");
         let bootstrap = dir.join("bootstrap.yaml");
-        std::fs::write(&bootstrap, bootstrap_yaml(&dir.join("admin.log"), warm)).unwrap();
+        std::fs::write(&bootstrap, bootstrap_yaml(&dir.join("admin.log"), warm, admin_port)).unwrap();
         let bin = binary().unwrap_or_else(|why| panic!("{why}"));
         let mut process = node.exec(
             ns,
@@ -175,9 +180,10 @@ fn parse_admin_line(line: &str) -> Option<AdminRequest> {
     })
 }
 
-/// The bootstrap: admin on 127.0.0.1:15000 with its access log, clusters
-/// from an absent CDS server (see the module docs), a listener on 15001.
-fn bootstrap_yaml(admin_log: &std::path::Path, warm: Warm) -> String {
+/// The bootstrap: admin on 127.0.0.1:`admin_port` with its access log, clusters
+/// from an absent CDS server (see the module docs), a listener (15001
+/// beside the default admin).
+fn bootstrap_yaml(admin_log: &std::path::Path, warm: Warm, admin_port: u16) -> String {
     let fetch_timeout = match warm {
         Warm::After(after) => format!("{}s", after.as_secs_f64()),
         Warm::Never => "0s".into(),
@@ -185,7 +191,7 @@ fn bootstrap_yaml(admin_log: &std::path::Path, warm: Warm) -> String {
     format!(
         r#"node: {{id: meshwrap-test, cluster: meshwrap-test}}
 admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: 15000}}}}
+  address: {{socket_address: {{address: 127.0.0.1, port_value: {admin_port}}}}}
   access_log:
   - name: envoy.access_loggers.file
     typed_config:
@@ -205,7 +211,7 @@ dynamic_resources:
 static_resources:
   listeners:
   - name: outbound
-    address: {{socket_address: {{address: 127.0.0.1, port_value: 15001}}}}
+    address: {{socket_address: {{address: 127.0.0.1, port_value: {listener_port}}}}}
     filter_chains:
     - filters:
       - name: envoy.filters.network.tcp_proxy
@@ -224,7 +230,10 @@ static_resources:
       cluster_name: xds
       endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: 1}}}}}}}}]}}]
 "#,
-        log = admin_log.display()
+        log = admin_log.display(),
+        // 15001 beside the preset's 15000; beside another admin port, that
+        // port + 1000 (two Envoys in one pod, as Consul's multi-port pods).
+        listener_port = if admin_port == 15000 { 15001 } else { admin_port + 1000 }
     )
 }
 

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod command;
+pub mod consul;
 pub mod dns;
 pub mod envoy;
 pub mod istio;
