@@ -5,4 +5,5 @@
 
 pub mod edit;
 pub mod emit;
+pub mod relax;
 pub mod tree;
