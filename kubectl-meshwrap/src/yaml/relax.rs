@@ -316,3 +316,211 @@ fn candidate_line(shadow: &Shadow, original: usize) -> usize {
     let before = i.checked_sub(1).map_or(0, |j| shadow.table[j].2);
     original + before
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::yaml::tree::parse;
+
+    /// The documents of `text` as JSON, failing on a parse error.
+    fn read(text: &str) -> Value {
+        let (docs, error) = parse(text);
+        assert!(error.is_none(), "{text:?}: {error:?}");
+        Value::Array(docs.iter().map(|d| d.root.to_json()).collect())
+    }
+
+    /// Each input as PyYAML 6 reads it (yaml.safe_load_all, as printed by
+    /// json.dumps), which saphyr alone refuses.
+    #[test]
+    fn constructs_not_indented_past_their_key_read_as_pyyaml_reads_them() {
+        let cases: &[(&str, Value)] = &[
+            (
+                "a:\n  args: [\"\n  x &&\n  y\n  \"]\n  b: 1\n",
+                json!([{"a": {"args": [" x && y "], "b": 1}}]),
+            ),
+            (
+                "flags: [\n  \"--v\"  # c\n]\nb: 1\n",
+                json!([{"flags": ["--v"], "b": 1}]),
+            ),
+            ("a:\n  b: \"x\n  y\"\n  c: 2\n", json!([{"a": {"b": "x y", "c": 2}}])),
+            ("a:\n  b: 'it''s\n  z'\n", json!([{"a": {"b": "it's z"}}])),
+            (
+                "a:\n  b: [\"é\n  ü\"]\n  c: d\n",
+                json!([{"a": {"b": ["é ü"], "c": "d"}}]),
+            ),
+            (
+                "a:\n  b: [x,\n  z]\n---\nc:\n  d: {e: 1,\n  f: \"g\n  h\"}\n",
+                json!([{"a": {"b": ["x", "z"]}}, {"c": {"d": {"e": 1, "f": "g h"}}}]),
+            ),
+            (
+                "- args: [\"\n  x\n  \"]\n  c: 1\n",
+                json!([[{"args": [" x "], "c": 1}]]),
+            ),
+            ("a:\n  b: [it's,\n  c # d\n  ]\n", json!([{"a": {"b": ["it's", "c"]}}])),
+            ("a:\n  b: \"x\\\n  y\"\n", json!([{"a": {"b": "xy"}}])),
+            ("a:\n  b: [\"x\n\n  y\"]\n", json!([{"a": {"b": ["x\ny"]}}])),
+        ];
+        for (text, want) in cases {
+            assert!(
+                relax(text).is_some(),
+                "strict saphyr read {text:?}: the case tests nothing"
+            );
+            assert_eq!(read(text), *want, "{text:?}");
+        }
+    }
+
+    /// Positions come back in the original text: each key and value starts
+    /// where its text is, after the padded lines too, multibyte text included.
+    #[test]
+    fn positions_map_back_to_the_original_text() {
+        let text = "a:\n  b: [\"é\n  ü\"]\n  c: d\n  e: [\n  1]\nf: g\n";
+        let (docs, error) = parse(text);
+        assert!(error.is_none());
+        let Kind::Map(top) = &docs[0].root.kind else { panic!() };
+        let Kind::Map(inner) = &top[0].1.kind else { panic!() };
+        let starts: Vec<&str> = inner
+            .iter()
+            .flat_map(|(k, v)| [&text[k.start..], &text[v.start..]])
+            .collect();
+        assert!(
+            starts[0].starts_with("b: ") && starts[1].starts_with("[\"é"),
+            "{starts:?}"
+        );
+        assert!(starts[2].starts_with("c: d") && starts[3].starts_with("d\n"));
+        assert!(starts[4].starts_with("e: [") && starts[5].starts_with("[\n  1]"));
+        assert_eq!(&text[inner[0].1.start..inner[0].1.end], "[\"é\n  ü\"]");
+        assert_eq!(&text[inner[2].1.start..inner[2].1.end], "[\n  1]");
+        // The inner mapping ends where `f` starts, as an edit after it needs.
+        assert!(text[top[0].1.end..].starts_with("f: g"));
+        assert!(text[top[1].0.start..].starts_with("f: g"));
+        assert_eq!(docs[0].end, text.len());
+    }
+
+    #[test]
+    fn the_table_maps_shadow_bytes_to_original_ones() {
+        let mut inserts = BTreeMap::new();
+        inserts.insert(2, 3);
+        inserts.insert(5, 1);
+        let shadow = Shadow::new("abcdefg", &inserts);
+        assert_eq!(shadow.text, "ab   cde fg");
+        let back: Vec<usize> = (0..=shadow.text.len()).map(|b| shadow.original(b)).collect();
+        assert_eq!(back, [0, 1, 2, 2, 2, 2, 3, 4, 5, 5, 6, 7]);
+        assert_eq!(candidate_line(&shadow, 2), 2);
+        assert_eq!(candidate_line(&shadow, 5), 8);
+    }
+
+    #[test]
+    fn a_construct_ends_at_its_closing_character() {
+        fn end(t: &str) -> Option<&str> {
+            construct_end(t, 0).map(|e| &t[..e])
+        }
+        assert_eq!(
+            end("[a, \"]\", 'b''c]', # ]\n [x]] tail"),
+            Some("[a, \"]\", 'b''c]', # ]\n [x]]")
+        );
+        assert_eq!(end("[it's, b] c"), Some("[it's, b]"));
+        assert_eq!(end("{a: \"x\\\"]\"} c"), Some("{a: \"x\\\"]\"}"));
+        assert_eq!(end("\"a\nb\" c"), Some("\"a\nb\""));
+        assert_eq!(end("[a, b"), None);
+        assert_eq!(end("]"), None);
+        assert_eq!(end("x"), None);
+    }
+
+    #[test]
+    fn paddings_indent_each_line_with_text_past_the_opening_column() {
+        let text = "k:\n  a: [\"\n  x\n\n      y\n  \"]\nz: 1\n";
+        let at = text.find('[').unwrap();
+        let end = construct_end(text, at).unwrap();
+        let pads: Vec<(&str, usize)> = paddings(text, at, end)
+            .into_iter()
+            .map(|(l, n)| (&text[l..l + 3], n))
+            .collect();
+        // `[` is at column 5: lines need 6 spaces; the empty line and the
+        // one already past are left; `z` is after the construct.
+        assert_eq!(pads, [("  x", 4), ("  \"", 4)]);
+    }
+
+    /// A construct never closed keeps saphyr's error and line; past one
+    /// relaxed, the next error is the one reported, at its own line (5).
+    #[test]
+    fn what_cannot_be_relaxed_keeps_the_strict_error_and_its_line() {
+        for (text, line) in [
+            ("a:\n  b: [x,\n  y\n", 3),
+            ("a:\n  b: \"x\n  y\n", 2),
+            ("a: 1\n b: 2\n", 2),
+            ("a:\n  b: [x,\n  y]\n  c: d\n e: f\n", 5),
+        ] {
+            let (_, error) = parse(text);
+            let error = error.unwrap_or_else(|| panic!("{text:?} parsed"));
+            assert_eq!(error.line, line, "{text:?}: {error:?}");
+        }
+    }
+
+    #[test]
+    fn ordinary_input_is_never_shadowed() {
+        assert!(relax("a:\n  b: [x,\n    y]\n").is_none());
+        assert!(relax("a: [x\n").is_none());
+        assert!(relax("a: 1\n b: 2\n").is_none());
+    }
+
+    /// A padded line must lie inside the construct in the new parse: one
+    /// that would turn block text into flow text is never kept.
+    #[test]
+    fn only_lines_inside_a_construct_count_as_covered() {
+        assert!(covered(&[(2, 10), (20, 30)], &[3, 9, 21]));
+        assert!(!covered(&[(2, 10), (20, 30)], &[10]));
+        assert!(!covered(&[(2, 10)], &[2]));
+        assert!(!covered(&[], &[1]));
+    }
+
+    /// The edit's check reads an edited document as the parse does.
+    #[test]
+    fn reads_as_reads_the_relaxed_text() {
+        let text = "a:\n  args: [\"\n  x\n  \"]\n  b: 1\n";
+        let no_stand_in = |_: &Value| None;
+        assert!(crate::yaml::tree::reads_as(
+            text,
+            &json!({"a": {"args": [" x "], "b": 1}}),
+            false,
+            &no_stand_in
+        ));
+        assert!(!crate::yaml::tree::reads_as(
+            text,
+            &json!({"a": {"args": ["x"], "b": 1}}),
+            false,
+            &no_stand_in
+        ));
+    }
+
+    /// The documents before the construct came from the strict parse and
+    /// are not handed over a second time.
+    #[test]
+    fn documents_before_the_construct_are_read_once() {
+        let text = "a: 1\n---\nb: 2\n---\nc:\n  d: [x,\n  z]\n---\ne: 3\n";
+        assert_eq!(
+            read(text),
+            json!([{"a": 1}, {"b": 2}, {"c": {"d": ["x", "z"]}}, {"e": 3}])
+        );
+        let (docs, _) = parse(text);
+        let starts: Vec<&str> = docs.iter().map(|d| &text[d.start..d.end]).collect();
+        assert_eq!(
+            starts,
+            ["a: 1\n", "---\nb: 2\n", "---\nc:\n  d: [x,\n  z]\n", "---\ne: 3\n"]
+        );
+    }
+
+    /// Each construct costs a parse of the stream: past MAX_ROUNDS of them
+    /// the next stays refused, at its line.
+    #[test]
+    fn relaxing_stops_after_max_rounds_constructs() {
+        let stream = |n: usize| vec!["c:\n  d: [x,\n  z]\n"; n].join("---\n");
+        let (docs, error) = parse(&stream(MAX_ROUNDS));
+        assert!(error.is_none(), "{error:?}");
+        assert_eq!(docs.len(), MAX_ROUNDS);
+        let (docs, error) = parse(&stream(MAX_ROUNDS + 1));
+        assert_eq!(docs.len(), MAX_ROUNDS);
+        assert_eq!(error.map(|e| e.line), Some(4 * MAX_ROUNDS + 3));
+    }
+}
