@@ -4,10 +4,13 @@
 //! YAML 1.2 indents every line of a flow node in a block collection past
 //! the collection (s-l+flow-in-block(n): n+1), and saphyr holds to that;
 //! PyYAML ignores indentation inside flow context and quoted scalars, and so
-//! does kubectl (sigs.k8s.io/yaml v1.4.0 → go.yaml.in/yaml/v2 scannerc.go:
-//! indentation is only checked while `flow_level == 0`, and a quoted
-//! scalar's continuation lines are read past any blanks). Argo Workflows'
-//! examples write `args: ["` ... `"]` with the closing `"]` at the key's
+//! does kubectl: sigs.k8s.io/yaml reads through its copy of gopkg.in/yaml.v2,
+//! whose scannerc.go (yaml_parser_roll_indent, yaml_parser_unroll_indent:
+//! "In the flow context, do nothing", `parser.flow_level > 0`) tracks no
+//! indentation inside brackets, and whose yaml_parser_scan_flow_scalar
+//! skips a quoted scalar's continuation blanks with no indentation check
+//! (libyaml's scanner, as PyYAML's). Argo Workflows' examples, applied with
+//! kubectl, write `args: ["` ... `"]` with the closing `"]` at the key's
 //! column, and `flags: [` ... `]` likewise.
 //!
 //! Design: a shadow copy of the text is parsed instead, in which each line
