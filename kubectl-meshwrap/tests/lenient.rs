@@ -83,7 +83,7 @@ fn a_bracketed_list_with_a_comment_closed_at_its_keys_column_is_wrapped() {
 #[test]
 fn a_stream_with_such_a_document_in_the_middle_wraps_each_document_once() {
     let plain = job("          command: [sh]\n");
-    let lenient = job("          command: [sh, -c,\n          \"make\n          all\"]\n");
+    let lenient = job("          command: [sh, -c,\n        \"make\n        all\"\n          ]\n");
     let input = format!("{plain}---\n{lenient}---\n{plain}");
     let out = wrap(&input, &[]);
     let docs = read(&out);
