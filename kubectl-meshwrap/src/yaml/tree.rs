@@ -14,6 +14,12 @@
 //! Anything that could make an edit ambiguous (an anchor, an alias, a tag, a
 //! merge key) is recorded on the node so the caller can leave the document
 //! alone.
+//!
+//! Where saphyr stops at a flow collection or quoted scalar whose lines are
+//! not indented past its key (which PyYAML and kubectl read), the rest of
+//! the stream is read from [`relax`]'s shadow copy, with positions mapped
+//! back to this text; the check of an edit ([`reads_as`]) reads the same
+//! way.
 
 use std::borrow::Cow;
 
