@@ -135,16 +135,21 @@ pub fn run(
 
 /// The entry for a stream that stops parsing at `line`.
 fn not_yaml(text: &str, line: usize, why: String) -> Entry {
-    let helm = if why.contains("indentation in quoted scalar") {
+    let helm = if why.contains("indentation in quoted scalar") || why.contains("indentation in flow construct") {
         // YAML 1.2 indents a flow node in a block mapping past its key
         // (s-l+flow-in-block(n): n+1), continuation lines included; PyYAML
         // and kubectl's go-yaml let a line at the key's column through, as
-        // Argo's examples write `args: ["` ... `"]`.
-        " (a quoted string here continues on a line not indented past its key: kubectl reads that, YAML 1.2 does not; indent its lines past the key, or use a block scalar)"
+        // Argo's examples write `args: ["` ... `"]`. yaml::relax reads such a
+        // construct as they do, when it closes and there are at most
+        // MAX_ROUNDS of them: this one it could not.
+        format!(
+            " (a quoted string or a [...] or {{...}} here continues on a line not indented past its key: inject reads that as kubectl does only where it finds the construct's end (and at most {} in a file), and it found none here: check it is closed, or indent its lines past the key)",
+            crate::yaml::relax::MAX_ROUNDS
+        )
     } else if text.contains("{{") {
-        " (a Helm template? render it first, or use inject as a post-renderer)"
+        " (a Helm template? render it first, or use inject as a post-renderer)".to_string()
     } else {
-        ""
+        String::new()
     };
     entry(
         Verdict::Error,

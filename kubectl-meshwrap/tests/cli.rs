@@ -595,23 +595,6 @@ fn a_block_scalar_ending_the_file_without_a_newline_is_refused_not_changed() {
     );
 }
 
-/// #36: Argo's `args: ["` ... `"]` with the string's lines at the key's
-/// column: PyYAML and kubectl read it, YAML 1.2 (and so inject's parser)
-/// does not. Refused at its line, saying what to change; nothing written.
-#[test]
-fn a_quoted_string_continued_at_its_keys_column_is_refused_saying_what_to_change() {
-    let job = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: a\n          image: b\n          command: [sh, -c]\n          args: [\"\n            cd /src &&\n            make\n          \"]\n";
-    let run = kubectl_meshwrap(&["inject", "--image", IMAGE, "-f", "-"], job);
-    assert_eq!(run.code, 1, "{}", run.stderr);
-    assert!(
-        run.stderr.contains("line 12: error: not YAML from here on"),
-        "{}",
-        run.stderr
-    );
-    assert!(run.stderr.contains("indent its lines past the key"), "{}", run.stderr);
-    assert_eq!(run.stdout, "");
-}
-
 /// #36: `--diff` prints what `--in-place` would change as a unified diff,
 /// changes no file, and the diff, applied by git, gives exactly what
 /// `--in-place` writes. A run that would write nothing prints nothing.

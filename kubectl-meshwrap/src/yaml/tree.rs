@@ -14,10 +14,18 @@
 //! Anything that could make an edit ambiguous (an anchor, an alias, a tag, a
 //! merge key) is recorded on the node so the caller can leave the document
 //! alone.
+//!
+//! Where saphyr stops at a flow collection or quoted scalar whose lines are
+//! not indented past its key (which PyYAML and kubectl read), the rest of
+//! the stream is read from [`relax`]'s shadow copy, with positions mapped
+//! back to this text; the check of an edit ([`reads_as`]) reads the same
+//! way.
 
 use std::borrow::Cow;
 
 use saphyr_parser::{Event, Input, Marker, Parser, ScalarStyle};
+
+use super::relax;
 use serde_json::{Map, Value};
 
 /// A node's content. A scalar's text is borrowed from the input unless the
@@ -69,7 +77,7 @@ pub struct ParseError {
 /// line and column instead cost a scan of the line per marker: quadratic on
 /// one long line holding a non-ASCII character.) An all-ASCII text maps
 /// directly.
-struct Offsets<'a> {
+pub(super) struct Offsets<'a> {
     text: &'a str,
     /// Characters the parser read before `text`.
     skip: usize,
@@ -82,7 +90,7 @@ struct Offsets<'a> {
 }
 
 impl<'a> Offsets<'a> {
-    fn new(text: &'a str, skip: usize) -> Self {
+    pub(super) fn new(text: &'a str, skip: usize) -> Self {
         Offsets {
             text,
             skip,
@@ -95,7 +103,7 @@ impl<'a> Offsets<'a> {
 
     /// A marker's byte offset: O(1) on ASCII text, else O(the distance from
     /// the previous marker).
-    fn byte(&self, m: &Marker) -> usize {
+    pub(super) fn byte(&self, m: &Marker) -> usize {
         self.of_char(m.index().saturating_sub(self.skip))
     }
 
@@ -129,8 +137,26 @@ impl<'a> Offsets<'a> {
 /// only one document's tree exists at a time. A document's `end` is where
 /// its end was found (the next `---`, or the stream's end). Returns the
 /// syntax error that stopped the stream, if one did.
-pub fn parse_each<'a>(text: &'a str, each: impl FnMut(Document<'a>)) -> Option<ParseError> {
-    build(text, Parser::new_from_str(text), 0, each)
+/// Where the strict parse stops at a flow collection or quoted scalar whose
+/// lines are not indented past its key (which PyYAML and kubectl read), the
+/// rest of the stream is read from [`relax`]'s shadow copy, positions mapped
+/// back: the documents already handed over are not handed again.
+pub fn parse_each<'a>(text: &'a str, mut each: impl FnMut(Document<'a>)) -> Option<ParseError> {
+    let mut delivered = 0;
+    let error = build(text, Parser::new_from_str(text), 0, |d| {
+        delivered += 1;
+        each(d)
+    })?;
+    let Some(shadow) = relax::relax(text) else {
+        return Some(error);
+    };
+    let mut seen = 0;
+    build(&shadow.text, Parser::new_from_str(&shadow.text), 0, |d| {
+        seen += 1;
+        if seen > delivered {
+            each(shadow.restore(d))
+        }
+    })
 }
 
 /// A block scalar that ends the input with no line break after its last
@@ -351,10 +377,13 @@ pub fn parse(text: &str) -> (Vec<Document<'static>>, Option<ParseError>) {
 /// it is reached and dropped after (a List's items kept compact).
 pub fn reads_as(text: &str, expected: &Value, json: bool, stand_in: &dyn Fn(&Value) -> Option<Value>) -> bool {
     if json {
-        Matcher::run(Parser::new_from_str(&lead(text)), expected, stand_in)
-    } else {
-        Matcher::run(Parser::new_from_str(text), expected, stand_in)
+        return Matcher::run(Parser::new_from_str(&lead(text)), expected, stand_in);
     }
+    // Else as `parse_each` reads it: from the shadow copy if the strict
+    // parse stops where relax::relax can read on (checked on a mismatch
+    // only, so a document that reads right costs one parse).
+    Matcher::run(Parser::new_from_str(text), expected, stand_in)
+        || relax::relax(text).is_some_and(|shadow| Matcher::run(Parser::new_from_str(&shadow.text), expected, stand_in))
 }
 
 /// Compares the parser's events with a value, node by node.
