@@ -50,8 +50,11 @@ LABEL org.opencontainers.image.title="kubectl-meshwrap" \
 USER 65532:65532
 ENTRYPOINT ["/kubectl-meshwrap"]
 
+# TARGET: the Rust target the binary was built for, which names its folder
+# (aarch64-unknown-linux-musl for linux/arm64, with --platform linux/arm64).
 FROM webhook-base AS webhook-prebuilt
-COPY target/x86_64-unknown-linux-musl/release/kubectl-meshwrap /kubectl-meshwrap
+ARG TARGET=x86_64-unknown-linux-musl
+COPY target/${TARGET}/release/kubectl-meshwrap /kubectl-meshwrap
 
 FROM webhook-base AS webhook
 COPY --from=build-webhook /kubectl-meshwrap /kubectl-meshwrap
@@ -73,7 +76,8 @@ ENTRYPOINT ["/meshwrap"]
 
 # The final stage from a binary built outside the image.
 FROM base AS prebuilt
-COPY target/x86_64-unknown-linux-musl/release/meshwrap /meshwrap
+ARG TARGET=x86_64-unknown-linux-musl
+COPY target/${TARGET}/release/meshwrap /meshwrap
 
 # The default final stage: the binary built above.
 FROM base AS release
