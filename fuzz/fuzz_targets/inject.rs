@@ -84,8 +84,14 @@ fn check_document(input: &Value, out: &Value, opts: &Options) -> bool {
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let opts = options();
-    let (out, entries) = stream::run_to_string(text, &opts, &[], None);
-    let (again, _) = stream::run_to_string(&out, &opts, &[], None);
+    // The input's own Trainer runtimes, for its TrainJobs, as inject reads
+    // every input's first; the second run reads the output's.
+    let mut runtimes = kubectl_meshwrap::trainer::Runtimes::default();
+    runtimes.learn(text, &opts);
+    let (out, entries) = stream::run_to_string(text, &opts, &[], None, &runtimes);
+    let mut runtimes_out = kubectl_meshwrap::trainer::Runtimes::default();
+    runtimes_out.learn(&out, &opts);
+    let (again, _) = stream::run_to_string(&out, &opts, &[], None, &runtimes_out);
     assert_eq!(again, out, "a second run changed the output");
     let body = text.strip_prefix('\u{feff}').unwrap_or(text);
     if body.trim_start().starts_with(['{', '[']) || out == text {
