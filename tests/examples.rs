@@ -25,11 +25,9 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
 fn examples() -> Vec<PathBuf> {
     let mut out = Vec::new();
     files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"), &mut out);
-    // gitops/ installs the webhook (Argo CD, Flux): no pod of its own;
-    // tests/schemas.rs checks it against its CRDs.
     out.retain(|p| {
         !p.components()
-            .any(|c| c.as_os_str() == "unwrapped" || c.as_os_str() == "kustomize" || c.as_os_str() == "gitops")
+            .any(|c| c.as_os_str() == "unwrapped" || c.as_os_str() == "kustomize")
     });
     out.sort();
     out

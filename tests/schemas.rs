@@ -332,6 +332,10 @@ fn manifests() -> Vec<PathBuf> {
     }
     let mut out = Vec::new();
     walk(&root().join("examples"), &mut out);
+    // deploy/ installs the webhook through Argo CD and Flux: checked here,
+    // against their CRDs (../shared/k8s-schemas' own checker has no Argo CD
+    // or Flux kinds, and examples/ holds only what it checks).
+    walk(&root().join("deploy"), &mut out);
     // The unwrapped sources are inject's input (kubectl-meshwrap's golden test
     // reads them); the kustomize recipe's Job is wrapped at build time.
     out.retain(|p| {
