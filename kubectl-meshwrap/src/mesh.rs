@@ -351,7 +351,15 @@ mod tests {
         found_with(annotations, labels, containers, init, &[])
     }
 
-    fn found_with(annotations: Value, labels: Value, containers: Value, init: Value, ns: &[Kind]) -> Vec<(Kind, bool)> {
+    /// What `find` makes of a template with these parts.
+    fn finds(
+        annotations: &Value,
+        labels: &Value,
+        containers: &Value,
+        init: &Value,
+        ns: &[Kind],
+        unseen: bool,
+    ) -> Vec<Found> {
         let annotation = |k: &str| annotations.get(k).and_then(Value::as_str);
         let label = |k: &str| labels.get(k).and_then(Value::as_str);
         let t = Template {
@@ -360,20 +368,18 @@ mod tests {
             containers: containers.as_array().unwrap(),
             init_containers: init.as_array().unwrap(),
         };
-        find(&t, ns, false).into_iter().map(|f| (f.kind, f.native)).collect()
+        find(&t, ns, unseen)
+    }
+
+    fn found_with(annotations: Value, labels: Value, containers: Value, init: Value, ns: &[Kind]) -> Vec<(Kind, bool)> {
+        let found = finds(&annotations, &labels, &containers, &init, ns, false);
+        found.into_iter().map(|f| (f.kind, f.native)).collect()
     }
 
     /// The meshes an unseen namespace adds: (kind, unseen).
     fn unseen(annotations: Value, labels: Value, containers: Value) -> Vec<(Kind, bool)> {
-        let annotation = |k: &str| annotations.get(k).and_then(Value::as_str);
-        let label = |k: &str| labels.get(k).and_then(Value::as_str);
-        let t = Template {
-            annotation: &annotation,
-            label: &label,
-            containers: containers.as_array().unwrap(),
-            init_containers: &[],
-        };
-        find(&t, &[], true).into_iter().map(|f| (f.kind, f.unseen)).collect()
+        let found = finds(&annotations, &labels, &containers, &json!([]), &[], true);
+        found.into_iter().map(|f| (f.kind, f.unseen)).collect()
     }
 
     #[test]

@@ -8,17 +8,8 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::*;
 use serde_json::{Value, json};
-
-/// Whether `output` is `input` with text inserted and nothing removed or
-/// changed (greedy: `input`'s characters in order within `output`).
-fn only_added(input: &str, output: &str) -> bool {
-    let mut out = output.chars();
-    input.chars().all(|c| out.any(|o| o == c))
-}
 
 /// Runs inject over `input`; asserts it wrapped, added only, and that a
 /// second run over the output prints it unchanged. Returns the output.
@@ -28,7 +19,7 @@ fn wrap(input: &str, extra: &[&str]) -> String {
     let run = kubectl_meshwrap(&args, input);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(!run.stderr.contains("error"), "{}", run.stderr);
-    assert!(only_added(input, &run.stdout), "{}", diff(input, &run.stdout));
+    assert!(only_adds(input, &run.stdout), "{}", diff(input, &run.stdout));
     let again = kubectl_meshwrap(&args, &run.stdout);
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert!(again.stdout == run.stdout, "{}", diff(&run.stdout, &again.stdout));
@@ -113,12 +104,9 @@ fn a_construct_that_never_closes_is_refused_at_its_line_saying_what_to_check() {
     assert_eq!(run.stdout, "");
 }
 
-/// The upstream examples, from ../shared beside the checkout; without it a
-/// failure in CI (CI or POD_TESTS_REQUIRED set), else one line and a skip.
+/// The upstream examples, from ../shared beside the checkout ([`upstream`]).
 fn argo_examples() -> Option<std::path::PathBuf> {
-    let dir =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/upstream-corpus/argoproj+argo-workflows/examples");
-    have(dir.is_dir(), &format!("{} is missing (CI has it)", dir.display())).then_some(dir)
+    upstream("argoproj+argo-workflows/examples")
 }
 
 /// Argo Workflows' own examples that saphyr alone refused: each is wrapped

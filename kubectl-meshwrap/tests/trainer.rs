@@ -26,18 +26,9 @@ use serde_json::{Value, json};
 
 const ANCESTOR: &str = "trainer.kubeflow.org/trainjob-ancestor-step";
 
-fn corpus(test: &str) -> Option<PathBuf> {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/upstream-corpus/kubeflow+trainer"
-    ));
-    if dir.join("manifests/base/runtimes").is_dir() {
-        return Some(dir);
-    }
-    let required = std::env::var_os("CI").is_some() || std::env::var_os("POD_TESTS_REQUIRED").is_some();
-    assert!(!required, "{test} cannot run: {} is missing (CI has it)", dir.display());
-    println!("skipped {test}: {} is missing (CI has it)", dir.display());
-    None
+/// Trainer's own files, from ../shared beside the checkout ([`upstream`]).
+fn corpus() -> Option<PathBuf> {
+    upstream("kubeflow+trainer")
 }
 
 fn documents(text: &str) -> Vec<Value> {
@@ -112,7 +103,7 @@ fn guard_beside_unwrapped(pod: &Value) -> Option<String> {
 
 #[test]
 fn no_pod_trainer_builds_from_its_injected_runtimes_and_examples_has_a_guard_beside_an_unwrapped_command() {
-    let Some(dir) = corpus("no_pod_trainer_builds_...") else {
+    let Some(dir) = corpus() else {
         return;
     };
     let inputs = ["manifests/base/runtimes", "examples/yaml", "examples/flux"];
@@ -193,7 +184,7 @@ fn no_pod_trainer_builds_from_its_injected_runtimes_and_examples_has_a_guard_bes
 
 #[test]
 fn a_trainjob_with_no_command_on_trainers_torch_runtime_is_a_skip_naming_spec_trainer_command() {
-    let Some(dir) = corpus("a_trainjob_with_no_command_...") else {
+    let Some(dir) = corpus() else {
         return;
     };
     let trainjob = "apiVersion: trainer.kubeflow.org/v1alpha1

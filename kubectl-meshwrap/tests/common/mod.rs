@@ -97,6 +97,22 @@ pub fn temp_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// `../shared/upstream-corpus/PATH` beside the checkout, when it is there;
+/// without it [`have`]'s rule: a failure in CI, else one line and a skip.
+pub fn upstream(path: &str) -> Option<std::path::PathBuf> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/upstream-corpus")
+        .join(path);
+    have(dir.exists(), &format!("{} is missing (CI has it)", dir.display())).then_some(dir)
+}
+
+/// Whether `output` is `input` with text inserted and nothing removed or
+/// changed (greedy: `input`'s characters in order within `output`).
+pub fn only_adds(input: &str, output: &str) -> bool {
+    let mut out = output.chars();
+    input.chars().all(|c| out.any(|o| o == c))
+}
+
 /// Whether a test's tool is there: when it is not, the test says so and is
 /// skipped, except in CI (`CI` or `POD_TESTS_REQUIRED` set), where it fails.
 pub fn have(tool_ok: bool, what: &str) -> bool {
