@@ -51,21 +51,6 @@ fn series(client: &mut Client, name: &str) -> u64 {
         .map_or(0, |v| v.trim().parse().unwrap())
 }
 
-/// Whether the server has closed `client` (a read ends, or fails otherwise
-/// than by timing out, within 20 s).
-fn closed_by_server(client: &mut Client) -> bool {
-    use std::io::Read;
-    client
-        .stream
-        .sock
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    !matches!(
-        client.stream.read(&mut [0u8; 64]),
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
-    )
-}
-
 const SHED_SHARE: &str = "meshwrap_webhook_connections_shed_total{reason=\"source-share\"}";
 const SHED_HANDSHAKES: &str = "meshwrap_webhook_connections_shed_total{reason=\"max-handshakes\"}";
 

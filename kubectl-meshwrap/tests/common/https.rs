@@ -432,3 +432,18 @@ pub fn read_message(stream: &mut impl Read) -> std::io::Result<(String, Headers,
     stream.read_exact(&mut body)?;
     Ok((first, headers, body))
 }
+
+/// Whether the server closes `client` within 20 s (a read that ends, or
+/// fails otherwise than by timing out); false if it is still open then.
+pub fn closed_by_server(client: &mut Client) -> bool {
+    client
+        .stream
+        .sock
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut buffer = [0u8; 64];
+    !matches!(
+        client.stream.read(&mut buffer),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+    )
+}
