@@ -24,20 +24,23 @@ fn kpt() -> Option<PathBuf> {
     candidates.into_iter().flatten().chain(on_path).find(|p| p.is_file())
 }
 
+/// kpt, or (by `have`'s rule) a skip, or a failure in CI.
+fn kpt_here() -> Option<PathBuf> {
+    let found = kpt();
+    have(
+        found.is_some(),
+        "kpt: not on PATH nor at /usr/lib/google-cloud-sdk/bin/kpt (set KPT=PATH)",
+    )
+    .then(|| found.unwrap())
+}
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
 #[test]
 fn kpt_fn_eval_exec_runs_the_krm_function_and_writes_what_inject_writes() {
-    let found = kpt();
-    if !have(
-        found.is_some(),
-        "kpt: not on PATH nor at /usr/lib/google-cloud-sdk/bin/kpt (set KPT=PATH)",
-    ) {
-        return;
-    }
-    let kpt = found.unwrap();
+    let Some(kpt) = kpt_here() else { return };
     let dir = temp_dir("kpt");
     let source = repo().join("examples/unwrapped/kubernetes/job-init-container.yaml");
     std::fs::copy(&source, dir.join("job.yaml")).unwrap();
@@ -97,14 +100,7 @@ fn kpt_fn_eval_exec_runs_the_krm_function_and_writes_what_inject_writes() {
 /// and `timout=5m` was ignored.
 #[test]
 fn kpt_fn_eval_refuses_a_bad_or_unknown_config_key_by_name() {
-    let found = kpt();
-    if !have(
-        found.is_some(),
-        "kpt: not on PATH nor at /usr/lib/google-cloud-sdk/bin/kpt (set KPT=PATH)",
-    ) {
-        return;
-    }
-    let kpt = found.unwrap();
+    let Some(kpt) = kpt_here() else { return };
     let source = repo().join("examples/unwrapped/kubernetes/job-init-container.yaml");
     for (setting, says) in [
         (
