@@ -24,6 +24,25 @@ fn kpt() -> Option<PathBuf> {
     candidates.into_iter().flatten().chain(on_path).find(|p| p.is_file())
 }
 
+/// `kpt fn eval DIR --exec kubectl-meshwrap -- image=IMAGE SETTINGS...`:
+/// whether it succeeded, and what it printed (stdout, then stderr).
+fn fn_eval(kpt: &Path, dir: &Path, settings: &[&str]) -> (bool, String) {
+    let image = format!("image={IMAGE}");
+    let out = Command::new(kpt)
+        .args(["fn", "eval"])
+        .arg(dir)
+        .args(["--exec", bin(), "--", &image])
+        .args(settings)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
+
 /// kpt, or (by `have`'s rule) a skip, or a failure in CI.
 fn kpt_here() -> Option<PathBuf> {
     let found = kpt();
@@ -44,18 +63,8 @@ fn kpt_fn_eval_exec_runs_the_krm_function_and_writes_what_inject_writes() {
     let dir = temp_dir("kpt");
     let source = repo().join("examples/unwrapped/kubernetes/job-init-container.yaml");
     std::fs::copy(&source, dir.join("job.yaml")).unwrap();
-    let out = Command::new(&kpt)
-        .args(["fn", "eval"])
-        .arg(&dir)
-        .args(["--exec", bin(), "--", &format!("image={IMAGE}")])
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{said}");
+    let (ok, said) = fn_eval(&kpt, &dir, &[]);
+    assert!(ok, "{said}");
     assert!(
         said.contains("[info] batch/v1/Job/fetch-and-train")
             && said.contains("container train, --quit-policy always, guard"),
@@ -71,18 +80,8 @@ fn kpt_fn_eval_exec_runs_the_krm_function_and_writes_what_inject_writes() {
     std::fs::copy(&source, dir.join("job.yaml")).unwrap();
     let skipped = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: no-command\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: main\n          image: registry.example.com/train:1.0\n";
     std::fs::write(dir.join("skipped.yaml"), skipped).unwrap();
-    let out = Command::new(&kpt)
-        .args(["fn", "eval"])
-        .arg(&dir)
-        .args(["--exec", bin(), "--", &format!("image={IMAGE}"), "strict=true"])
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!out.status.success(), "{said}");
+    let (ok, said) = fn_eval(&kpt, &dir, &["strict=true"]);
+    assert!(!ok, "{said}");
     assert!(
         said.contains("[error] batch/v1/Job/no-command") && said.contains("container main has no command"),
         "{said}"
@@ -120,18 +119,8 @@ fn kpt_fn_eval_refuses_a_bad_or_unknown_config_key_by_name() {
     ] {
         let dir = temp_dir("kpt-bad-config");
         std::fs::copy(&source, dir.join("job.yaml")).unwrap();
-        let out = Command::new(&kpt)
-            .args(["fn", "eval"])
-            .arg(&dir)
-            .args(["--exec", bin(), "--", &format!("image={IMAGE}"), setting])
-            .output()
-            .unwrap();
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(!out.status.success(), "{setting}: {said}");
+        let (ok, said) = fn_eval(&kpt, &dir, &[setting]);
+        assert!(!ok, "{setting}: {said}");
         // kpt quotes the function's stderr, escaping its quotes.
         assert!(said.replace("\\\"", "\"").contains(says), "{setting}: {said}");
         assert_eq!(
