@@ -199,7 +199,15 @@ pub struct EventOptions {
     #[arg(long, value_name = "on|off", env = "MESHWRAP_EVENTS", default_value = "on",
           value_parser = ["on", "off"])]
     pub events: String,
-    /// The API server for events (default: in a pod, https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)
+    /// Read each pod's Namespace for the meshes its labels and annotations turn on; off, or unreadable within --namespace-timeout: every mesh a namespace may turn on gets its switches, as offline inject (off outside a cluster)
+    #[arg(long, value_name = "on|off", env = "MESHWRAP_NAMESPACES", default_value = "on",
+          value_parser = ["on", "off"])]
+    pub namespaces: String,
+    /// How long a pod's decision may wait for its Namespace's read
+    #[arg(long = "namespace-timeout", value_name = "DURATION", env = "MESHWRAP_NAMESPACE_TIMEOUT",
+          default_value = "1s", value_parser = positive_duration)]
+    pub namespace_timeout: Duration,
+    /// The API server for events and namespaces (default: in a pod, https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)
     #[arg(long = "api-server", value_name = "URL", env = "MESHWRAP_API_SERVER", value_parser = api_server)]
     pub api_server: Option<Endpoint>,
     /// The bearer token, read again for every request (projected tokens rotate)
@@ -249,6 +257,16 @@ impl EventOptions {
             timeout: self.events_timeout,
         }
     }
+
+    pub fn namespaces(&self) -> crate::webhook::namespaces::Config {
+        crate::webhook::namespaces::Config {
+            enabled: self.namespaces == "on",
+            api_server: self.api_server.clone(),
+            token: self.api_token.clone(),
+            ca: self.api_ca.clone(),
+            timeout: self.namespace_timeout,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -283,10 +301,14 @@ pub struct Manifests {
     #[arg(long = "kube-version", value_name = "VERSION", env = "MESHWRAP_KUBE_VERSION",
           value_parser = kube_version)]
     pub kube_version: Option<(u32, u32)>,
-    /// Whether the webhook posts Events on the owners of the pods it wraps or skips (off: no RBAC, no token)
+    /// Whether the webhook posts Events on the owners of the pods it wraps or skips (off: no RBAC for them; with --namespaces off too, no token)
     #[arg(long, value_name = "on|off", env = "MESHWRAP_EVENTS", default_value = "on",
           value_parser = ["on", "off"])]
     pub events: String,
+    /// Whether the webhook reads each pod's Namespace for the meshes it turns on (off: no RBAC for it; pods get every mesh's switches, as offline inject)
+    #[arg(long, value_name = "on|off", env = "MESHWRAP_NAMESPACES", default_value = "on",
+          value_parser = ["on", "off"])]
+    pub namespaces: String,
     #[command(flatten)]
     pub pod: PodOptions,
 }

@@ -90,6 +90,7 @@ fn webhook(args: kubectl_meshwrap::cli::Webhook) -> i32 {
             namespace: args.namespace,
         },
         events: args.events.config(),
+        namespaces: args.events.namespaces(),
     })
 }
 
@@ -128,6 +129,7 @@ fn manifests(args: kubectl_meshwrap::cli::Manifests) -> i32 {
         pod_cidrs: args.pod_cidrs,
         kube_version: args.kube_version,
         events: args.events == "on",
+        namespaces: args.namespaces == "on",
         options: args.pod.options(),
     };
     if let Err(e) = manifests::check(&request) {

@@ -9,15 +9,19 @@
 //!   can always be repaired;
 //! - two replicas on different nodes, a PodDisruptionBudget and readiness
 //!   on `/readyz`, so a drain or a rollout never leaves no webhook;
-//! - the webhook reads nothing from the API server; it only writes Events
-//!   (why a pod was wrapped or skipped, on its owner). With events on (the
-//!   default) its ServiceAccount may `create` and `patch` events and
-//!   nothing else, and only the webhook's pod gets a token: the
-//!   ServiceAccount keeps `automountServiceAccountToken: false` and the pod
-//!   sets it to true, so the token is at the path every in-cluster client
-//!   reads (`/var/run/secrets/kubernetes.io/serviceaccount`), rotated by the
-//!   kubelet, and no other pod naming the account gets one. With events off
-//!   there is no RBAC and no token, as before events existed;
+//! - the webhook reads one thing from the API server, each pod's Namespace
+//!   (which meshes its labels and annotations turn on, `webhook::namespaces`),
+//!   and writes one, Events (why a pod was wrapped or skipped, on its
+//!   owner). With both on (the default) its ServiceAccount may `get`
+//!   namespaces and `create` and `patch` events, nothing else, and only the
+//!   webhook's pod gets a token: the ServiceAccount keeps
+//!   `automountServiceAccountToken: false` and the pod sets it to true, so
+//!   the token is at the path every in-cluster client reads
+//!   (`/var/run/secrets/kubernetes.io/serviceaccount`), rotated by the
+//!   kubelet, and no other pod naming the account gets one. Each switched
+//!   off takes its RBAC with it; both off, no token either. A read that is
+//!   refused or late never refuses a pod: it is decided as offline inject
+//!   decides it;
 //! - `matchConditions` (GA in Kubernetes 1.30, beta and on by default in
 //!   1.28 and 1.29) let the API server itself leave alone the pods that
 //!   opted out by annotation, which no selector can see, and the webhook's
@@ -73,6 +77,8 @@ use crate::transform::{CONTAINER, IMAGE, INJECT, Options, QUIT_POLICY, SIDECAR, 
 pub const NAME: &str = "meshwrap-webhook";
 /// The ClusterRole and ClusterRoleBinding that let the webhook post Events.
 pub const EVENTS_ROLE: &str = "meshwrap-webhook-events";
+/// The ClusterRole and ClusterRoleBinding that let it read Namespaces.
+pub const NAMESPACES_ROLE: &str = "meshwrap-webhook-namespaces";
 /// The MutatingWebhookConfiguration's name, which sorts before the injectors'.
 pub const WEBHOOK_CONFIGURATION: &str = "0-meshwrap";
 const TLS_SECRET: &str = "meshwrap-webhook-tls";
@@ -101,6 +107,8 @@ pub struct Request {
     pub kube_version: Option<(u32, u32)>,
     /// The webhook posts Events (its RBAC and token go with it).
     pub events: bool,
+    /// The webhook reads each pod's Namespace (the same).
+    pub namespaces: bool,
     pub options: Options,
 }
 
@@ -371,15 +379,31 @@ fn service_account(c: &Common) -> Value {
 /// stolen token could write. Which side: no pod depends on the grant (the
 /// events are advisory), so it is the least that lets them be written.
 fn events_rbac(c: &Common) -> [Value; 2] {
-    let meta = json!({"name": EVENTS_ROLE, "labels": c.labels});
+    let rule = json!({"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]});
+    cluster_role(c, EVENTS_ROLE, rule)
+}
+
+/// What reading each pod's Namespace needs: `get` on namespaces, the only
+/// read (`GET /api/v1/namespaces/NAME`, webhook/namespaces.rs); no `list`
+/// or `watch`, which would hand a stolen token every namespace's labels at
+/// once. Which side: a refused read costs only switches nobody reads (the
+/// pod is decided as offline), so it is the least that lets it be made.
+fn namespaces_rbac(c: &Common) -> [Value; 2] {
+    let rule = json!({"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]});
+    cluster_role(c, NAMESPACES_ROLE, rule)
+}
+
+/// A ClusterRole of one rule, bound to the webhook's ServiceAccount.
+fn cluster_role(c: &Common, name: &str, rule: Value) -> [Value; 2] {
+    let meta = json!({"name": name, "labels": c.labels});
     [
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta,
-            "rules": [{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]
+            "rules": [rule]
         }),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": EVENTS_ROLE},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": c.ns}]
         }),
     ]
@@ -429,7 +453,7 @@ fn service(c: &Common) -> Value {
 }
 
 /// The webhook container's environment: its flags, and what reaches pods.
-fn webhook_env(opts: &Options, events: bool) -> Vec<Value> {
+fn webhook_env(opts: &Options, events: bool, namespaces: bool) -> Vec<Value> {
     let mut envs = vec![
         env("MESHWRAP_TLS_CERT", "/tls/tls.crt"),
         env("MESHWRAP_TLS_KEY", "/tls/tls.key"),
@@ -438,6 +462,7 @@ fn webhook_env(opts: &Options, events: bool) -> Vec<Value> {
         env("MESHWRAP_IMAGE", &opts.image),
         env("MESHWRAP_DELIVERY", opts.delivery.name()),
         env("MESHWRAP_EVENTS", if events { "on" } else { "off" }),
+        env("MESHWRAP_NAMESPACES", if namespaces { "on" } else { "off" }),
     ];
     for (name, value) in [
         ("MESHWRAP_SIDECAR", &opts.sidecar),
@@ -486,7 +511,7 @@ fn container(req: &Request) -> Value {
         "name": "webhook",
         "image": req.webhook_image,
         "args": ["webhook"],
-        "env": webhook_env(&req.options, req.events),
+        "env": webhook_env(&req.options, req.events, req.namespaces),
         "ports": [{"name": "https", "containerPort": PORT, "protocol": "TCP"}],
         "readinessProbe": probe("/readyz"),
         "livenessProbe": probe("/healthz"),
@@ -514,7 +539,7 @@ fn deployment(c: &Common, req: &Request) -> Value {
                 },
                 "spec": {
                     "serviceAccountName": NAME,
-                    "automountServiceAccountToken": req.events,
+                    "automountServiceAccountToken": req.events || req.namespaces,
                     "terminationGracePeriodSeconds": 30,
                     "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
                                         "seccompProfile": {"type": "RuntimeDefault"}},
@@ -682,6 +707,9 @@ pub fn objects(req: &Request) -> Result<Vec<Value>, String> {
     out.push(service_account(&c));
     if req.events {
         out.extend(events_rbac(&c));
+    }
+    if req.namespaces {
+        out.extend(namespaces_rbac(&c));
     }
     // The user's Secret (nothing to make), one made here, or cert-manager's.
     let mut bundle = existing_bundle(req)?;

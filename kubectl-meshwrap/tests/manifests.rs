@@ -87,6 +87,8 @@ fn the_cert_manager_install_is_its_golden_and_safe_by_construction() {
             "ServiceAccount",
             "ClusterRole",
             "ClusterRoleBinding",
+            "ClusterRole",
+            "ClusterRoleBinding",
             "Issuer",
             "Certificate",
             "Issuer",
@@ -575,6 +577,59 @@ fn env_of(deployment: &Value) -> Vec<(String, String)> {
 }
 
 #[test]
+fn namespaces_get_get_on_namespaces_only_and_off_takes_its_rbac_away() {
+    // On by default: `get` on namespaces, the webhook's one read, and no
+    // `list` or `watch`; bound to the webhook's account.
+    let docs = documents(&manifests(&[]).stdout);
+    let roles = by_kind(&docs, "ClusterRole");
+    let role = roles
+        .iter()
+        .find(|r| r["metadata"]["name"] == "meshwrap-webhook-namespaces")
+        .expect("the namespaces ClusterRole");
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}])
+    );
+    let binding = by_kind(&docs, "ClusterRoleBinding")
+        .into_iter()
+        .find(|b| b["metadata"]["name"] == "meshwrap-webhook-namespaces")
+        .expect("its binding");
+    assert_eq!(
+        binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "meshwrap-webhook-namespaces"})
+    );
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "meshwrap-webhook", "namespace": "meshwrap-system"}])
+    );
+    let deployment = by_kind(&docs, "Deployment")[0];
+    assert!(env_of(deployment).contains(&("MESHWRAP_NAMESPACES".into(), "on".into())));
+
+    // Off: its RBAC goes, the events' stays, and the webhook is told.
+    let docs = documents(&manifests(&["--namespaces", "off"]).stdout);
+    let roles: Vec<&str> = by_kind(&docs, "ClusterRole")
+        .iter()
+        .map(|r| r["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["meshwrap-webhook-events"]);
+    let deployment = by_kind(&docs, "Deployment")[0];
+    assert!(env_of(deployment).contains(&("MESHWRAP_NAMESPACES".into(), "off".into())));
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["automountServiceAccountToken"],
+        true
+    );
+
+    let bad = manifests(&["--namespaces", "sometimes"]);
+    assert_eq!((bad.code, bad.stdout.as_str()), (2, ""));
+    assert_eq!(bad.stderr.lines().count(), 1, "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("--namespaces") && bad.stderr.contains("on, off"),
+        "{}",
+        bad.stderr
+    );
+}
+
+#[test]
 fn events_get_create_and_patch_on_events_and_a_token_on_the_webhook_pod_only() {
     // On by default: a ClusterRole that allows exactly what posting events
     // needs, bound to the webhook's account, and a token for its pod alone.
@@ -610,23 +665,39 @@ fn events_get_create_and_patch_on_events_and_a_token_on_the_webhook_pod_only() {
         "platform-tools"
     );
 
-    // Off: no RBAC and no token at all, and the webhook is told.
-    for off in [
-        manifests(&["--events", "off"]),
-        run_in(
-            None,
-            &["manifests", "--image", IMAGE, "--webhook-image", WEBHOOK_IMAGE],
-            "",
-            &[("MESHWRAP_EVENTS", "off")],
+    // Off: no RBAC for events, and the webhook is told; with namespaces
+    // off too, no RBAC and no token at all.
+    for (off, namespaces) in [
+        (manifests(&["--events", "off"]), true),
+        (manifests(&["--events", "off", "--namespaces", "off"]), false),
+        (
+            run_in(
+                None,
+                &["manifests", "--image", IMAGE, "--webhook-image", WEBHOOK_IMAGE],
+                "",
+                &[("MESHWRAP_EVENTS", "off"), ("MESHWRAP_NAMESPACES", "off")],
+            ),
+            false,
         ),
     ] {
         assert_eq!(off.code, 0, "{}", off.stderr);
         let docs = documents(&off.stdout);
-        assert!(!docs.iter().any(|d| d["kind"].as_str().unwrap().contains("Role")));
+        let roles: Vec<&str> = by_kind(&docs, "ClusterRole")
+            .iter()
+            .map(|r| r["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            roles,
+            if namespaces {
+                vec!["meshwrap-webhook-namespaces"]
+            } else {
+                vec![]
+            }
+        );
         let deployment = by_kind(&docs, "Deployment")[0];
         assert_eq!(
             deployment["spec"]["template"]["spec"]["automountServiceAccountToken"],
-            false
+            namespaces
         );
         assert!(env_of(deployment).contains(&("MESHWRAP_EVENTS".into(), "off".into())));
     }

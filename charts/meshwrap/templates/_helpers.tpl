@@ -15,6 +15,7 @@ meshwrap-webhook-tls
 {{- end -}}
 {{- end }}
 {{- define "meshwrap.eventsRole" -}}meshwrap-webhook-events{{- end }}
+{{- define "meshwrap.namespacesRole" -}}meshwrap-webhook-namespaces{{- end }}
 
 {{/* The labels every object carries: manifests' two, and Helm's. */}}
 {{- define "meshwrap.labels" -}}

@@ -88,7 +88,25 @@ fn text<'a>(v: &'a Value, pointer: &str) -> &'a str {
 
 /// The decision for one AdmissionReview body, or why it is not one (a 400).
 pub fn review(body: &[u8], settings: &Settings) -> Result<Answer, String> {
-    let doc: Value = serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+    review_parsed(parse(body)?, settings)
+}
+
+/// The body as JSON, or why it is not (a 400).
+pub fn parse(body: &[u8]) -> Result<Value, String> {
+    serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))
+}
+
+/// The namespace the request's pod is created in (empty if none is said):
+/// what the server reads before the decision (`namespaces`).
+pub fn namespace_of(doc: &Value) -> &str {
+    match text(doc, "/request/namespace") {
+        "" => text(doc, "/request/object/metadata/namespace"),
+        namespace => namespace,
+    }
+}
+
+/// The decision for one AdmissionReview, parsed; `Err` as [`review`]'s.
+pub fn review_parsed(doc: Value, settings: &Settings) -> Result<Answer, String> {
     let (api, kind) = (text(&doc, "/apiVersion"), text(&doc, "/kind"));
     if api != "admission.k8s.io/v1" || kind != "AdmissionReview" {
         return Err(format!(

@@ -120,6 +120,18 @@ impl std::fmt::Display for Endpoint {
     }
 }
 
+/// `--api-server`'s endpoint, else the in-cluster variables' (an error
+/// outside a cluster).
+pub fn locate(api_server: Option<&Endpoint>) -> Result<Endpoint, String> {
+    match api_server {
+        Some(endpoint) => Ok(endpoint.clone()),
+        None => Endpoint::in_cluster(
+            std::env::var("KUBERNETES_SERVICE_HOST").ok(),
+            std::env::var("KUBERNETES_SERVICE_PORT").ok(),
+        ),
+    }
+}
+
 /// How to reach and trust the API server.
 #[derive(Clone, Debug)]
 pub struct Access {

@@ -255,13 +255,7 @@ impl Events {
             log::info("events are off", &[("reason", json!("--events off"))]);
             return Events::off();
         }
-        let located = match &config.api_server {
-            Some(endpoint) => Ok(endpoint.clone()),
-            None => Endpoint::in_cluster(
-                std::env::var("KUBERNETES_SERVICE_HOST").ok(),
-                std::env::var("KUBERNETES_SERVICE_PORT").ok(),
-            ),
-        };
+        let located = super::apiserver::locate(config.api_server.as_ref());
         let access = located.map(|endpoint| Access {
             endpoint,
             token: config.token.clone(),

@@ -13,6 +13,9 @@
 //! - [`metrics`] and [`log`]: what an operator reads.
 //! - [`events`]: Kubernetes Events on each wrapped or skipped pod's owner,
 //!   through [`apiserver`], a small client of the API server.
+//! - [`namespaces`]: each pod's Namespace, read through the same client,
+//!   for the meshes it turns on; a namespace that cannot be read in time
+//!   is decided as offline inject decides it.
 
 pub mod admission;
 pub mod apiserver;
@@ -21,6 +24,7 @@ pub mod fair;
 pub mod limits;
 pub mod log;
 pub mod metrics;
+pub mod namespaces;
 pub mod server;
 pub mod tls;
 pub mod waiting;

@@ -63,6 +63,7 @@ use super::fair::{Admitted, Caps, Fair, RETRY_WAITING, Refused, Ticket};
 use super::limits::{BODY_BUDGET, BodyBudget, Deadline, Expired, Held, SMALL_BODY, SMALL_LANE, Timed};
 use super::log;
 use super::metrics::Metrics;
+use super::namespaces::{self, Namespaces};
 use super::tls::{Certificates, Reload};
 use super::waiting::Waiting;
 
@@ -84,6 +85,7 @@ pub struct Config {
     pub drain_timeout: Duration,
     pub settings: Settings,
     pub events: events::Config,
+    pub namespaces: namespaces::Config,
 }
 
 struct State {
@@ -96,6 +98,8 @@ struct State {
     bodies: Arc<BodyBudget>,
     /// Offered each decision after its answer is built; never waited for.
     events: Events,
+    /// Each pod's namespace, read before its decision, within a deadline.
+    namespaces: Namespaces,
 }
 
 /// hyper's read and write buffers, each: a webhook's request headers are
@@ -182,6 +186,7 @@ fn state(config: &Config) -> Arc<State> {
         }),
         bodies: BodyBudget::new(BODY_BUDGET, SMALL_LANE, SMALL_BODY),
         events: Events::start(&config.events),
+        namespaces: Namespaces::start(&config.namespaces),
     })
 }
 
@@ -563,7 +568,22 @@ async fn mutate(req: Request<Incoming>, state: &State, started: Instant, ticket:
         Err(e) => return refuse_body(state, started, e),
     };
     ticket.answering();
-    decide(body, held, state, started, admission::review)
+    let doc = admission::parse(&body);
+    let seen = match &doc {
+        Ok(doc) => {
+            let namespace = admission::namespace_of(doc);
+            state.namespaces.options_for(namespace, &state.settings.options).await
+        }
+        Err(_) => None,
+    };
+    let settings = seen.map(|options| Settings {
+        options,
+        namespace: state.settings.namespace.clone(),
+    });
+    let settings = settings.as_ref().unwrap_or(&state.settings);
+    decide(body, held, state, started, |_| {
+        doc.and_then(|doc| admission::review_parsed(doc, settings))
+    })
 }
 
 /// The review of a body read whole, and its answer. The body's budget is
@@ -574,9 +594,9 @@ fn decide(
     held: Held,
     state: &State,
     started: Instant,
-    review: impl FnOnce(&[u8], &Settings) -> Result<admission::Answer, String>,
+    review: impl FnOnce(&[u8]) -> Result<admission::Answer, String>,
 ) -> Response<Full<Bytes>> {
-    let response = match review(&body, &state.settings) {
+    let response = match review(&body) {
         Ok(reviewed) => {
             let took = started.elapsed();
             state
@@ -733,6 +753,7 @@ mod tests {
             }),
             bodies: BodyBudget::new(budget, 0, 0),
             events: Events::off(),
+            namespaces: Namespaces::off(),
         }
     }
 
@@ -749,8 +770,8 @@ mod tests {
         let mut during = None;
         // The hook runs the review and looks at the budget while the review
         // it built is alive: the marker, rather than a race with a scrape.
-        let response = decide(Bytes::from(body.clone()), held, &state, Instant::now(), |b, s| {
-            let reviewed = admission::review(b, s);
+        let response = decide(Bytes::from(body.clone()), held, &state, Instant::now(), |b| {
+            let reviewed = admission::review(b, &state.settings);
             during = Some((state.bodies.in_flight(), state.bodies.take(1).is_none()));
             reviewed
         });

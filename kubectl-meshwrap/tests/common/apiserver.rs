@@ -7,6 +7,12 @@
 //! all (the connection is held open, unanswered, until the stand-in is
 //! dropped). A request is recorded before it is answered, so "the webhook
 //! sent it" is a readiness marker a test can wait for.
+//!
+//! A read of a Namespace (`GET /api/v1/namespaces/NAME`, the webhook's
+//! `namespaces`) is recorded apart, so the events' tests count events
+//! only, and answered by its own mode: by default the Namespace with the
+//! labels and annotations [`StandIn::set_namespace`] gave it (none if not
+//! given), as the API server answers for a namespace that exists.
 
 #![allow(dead_code)]
 
@@ -60,10 +66,19 @@ impl Recorded {
 struct Shared {
     mode: Mutex<Mode>,
     requests: Mutex<Vec<Recorded>>,
+    /// The mode Namespace reads are answered in.
+    namespace_mode: Mutex<Mode>,
+    /// The Namespace reads, apart from `requests`.
+    namespace_reads: Mutex<Vec<Recorded>>,
+    /// name → (labels, annotations).
+    namespaces: Mutex<std::collections::HashMap<String, (Value, Value)>>,
     changed: Condvar,
     /// Names of the events created, for the answer to a PATCH.
     created: Mutex<HashSet<String>>,
+    /// Connections whose first request was an event's, and a Namespace
+    /// read's (one that sent none is in neither).
     connections: AtomicUsize,
+    namespace_connections: AtomicUsize,
     closing: Mutex<bool>,
     closed: Condvar,
 }
@@ -101,9 +116,13 @@ impl StandIn {
         let shared = Arc::new(Shared {
             mode: Mutex::new(mode),
             requests: Mutex::new(Vec::new()),
+            namespace_mode: Mutex::new(Mode::Answer),
+            namespace_reads: Mutex::new(Vec::new()),
+            namespaces: Mutex::new(std::collections::HashMap::new()),
             changed: Condvar::new(),
             created: Mutex::new(HashSet::new()),
             connections: AtomicUsize::new(0),
+            namespace_connections: AtomicUsize::new(0),
             closing: Mutex::new(false),
             closed: Condvar::new(),
         });
@@ -114,7 +133,6 @@ impl StandIn {
                 if *accepting.closing.lock().unwrap() {
                     break;
                 }
-                accepting.connections.fetch_add(1, Ordering::SeqCst);
                 let (shared, config) = (accepting.clone(), config.clone());
                 std::thread::spawn(move || serve(tcp, config, &shared));
             }
@@ -144,6 +162,22 @@ impl StandIn {
         *self.shared.mode.lock().unwrap() = mode;
     }
 
+    /// How Namespace reads are answered from now on.
+    pub fn set_namespace_mode(&self, mode: Mode) {
+        *self.shared.namespace_mode.lock().unwrap() = mode;
+    }
+
+    /// The Namespace `name` has these labels and annotations.
+    pub fn set_namespace(&self, name: &str, labels: Value, annotations: Value) {
+        let mut namespaces = self.shared.namespaces.lock().unwrap();
+        namespaces.insert(name.to_string(), (labels, annotations));
+    }
+
+    /// The Namespace reads it got, in order.
+    pub fn namespace_reads(&self) -> Vec<Recorded> {
+        self.shared.namespace_reads.lock().unwrap().clone()
+    }
+
     /// Forgets the events it created: a PATCH of one is then a 404, as
     /// after an event expired.
     pub fn forget_events(&self) {
@@ -154,8 +188,14 @@ impl StandIn {
         self.shared.requests.lock().unwrap().clone()
     }
 
+    /// The connections the events came on (a Namespace read's are not).
     pub fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// The connections the Namespace reads came on.
+    pub fn namespace_connections(&self) -> usize {
+        self.shared.namespace_connections.load(Ordering::SeqCst)
     }
 
     /// Waits until it has got `n` requests (and answered them, unless it
@@ -200,10 +240,25 @@ pub fn closed_port() -> u16 {
 fn serve(tcp: TcpStream, config: Arc<rustls::ServerConfig>, shared: &Shared) {
     let connection = rustls::ServerConnection::new(config).unwrap();
     let mut stream = rustls::StreamOwned::new(connection, tcp);
+    let mut first = true;
     while let Some((method, path, headers, body)) = read_request(&mut stream) {
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let read = method == "GET" && path.starts_with("/api/v1/namespaces/");
+        if std::mem::take(&mut first) {
+            let count = if read {
+                &shared.namespace_connections
+            } else {
+                &shared.connections
+            };
+            count.fetch_add(1, Ordering::SeqCst);
+        }
+        let record = if read {
+            &shared.namespace_reads
+        } else {
+            &shared.requests
+        };
         let index = {
-            let mut requests = shared.requests.lock().unwrap();
+            let mut requests = record.lock().unwrap();
             requests.push(Recorded {
                 method: method.clone(),
                 path: path.clone(),
@@ -216,7 +271,7 @@ fn serve(tcp: TcpStream, config: Arc<rustls::ServerConfig>, shared: &Shared) {
             shared.changed.notify_all();
             requests.len() - 1
         };
-        let mode = *shared.mode.lock().unwrap();
+        let mode = *if read { &shared.namespace_mode } else { &shared.mode }.lock().unwrap();
         match mode {
             Mode::Hang => {
                 let mut closing = shared.closing.lock().unwrap();
@@ -234,6 +289,7 @@ fn serve(tcp: TcpStream, config: Arc<rustls::ServerConfig>, shared: &Shared) {
                 json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                        "message": format!("the stand-in says {code}"), "code": code}),
             ),
+            _ if read => namespace(shared, &path),
             _ => answered(shared, &method, &path, body),
         };
         let text = answer.to_string();
@@ -246,12 +302,24 @@ fn serve(tcp: TcpStream, config: Arc<rustls::ServerConfig>, shared: &Shared) {
         }
         let _ = stream.flush();
         {
-            let mut requests = shared.requests.lock().unwrap();
+            let mut requests = record.lock().unwrap();
             requests[index].status = status;
             requests[index].answered_at = Instant::now();
         }
         shared.changed.notify_all();
     }
+}
+
+/// The Namespace a read asks for, with what `set_namespace` gave it.
+fn namespace(shared: &Shared, path: &str) -> (u16, Value) {
+    let name = path.trim_start_matches("/api/v1/namespaces/");
+    let namespaces = shared.namespaces.lock().unwrap();
+    let (labels, annotations) = namespaces.get(name).cloned().unwrap_or((json!({}), json!({})));
+    let metadata = json!({"name": name, "labels": labels, "annotations": annotations});
+    (
+        200,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}),
+    )
 }
 
 /// What the API server would answer a create or a patch of an event.
