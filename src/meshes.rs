@@ -285,6 +285,12 @@ pub struct ArgoKill {
     pub command: &'static str,
     /// The command asks the proxy's quit endpoint, so its switch must be on.
     pub needs_quit_switch: bool,
+    /// The proxy's image has no command that reaches its quit: `command`
+    /// runs meshwrap, which kubectl-meshwrap mounts into the proxy's
+    /// container (at its `/mesh`, with the pod's annotations at
+    /// `/etc/podinfo`) through this pod annotation, a JSON list of
+    /// VolumeMounts the injector appends to the proxy's own.
+    pub mounts: Option<Key>,
     pub sources: &'static [Source],
 }
 
@@ -470,6 +476,7 @@ pub const ISTIO: Mesh = Mesh {
     argo_kill: Some(ArgoKill {
         command: r#"["pilot-agent","request","POST","quitquitquit"]"#,
         needs_quit_switch: false,
+        mounts: None,
         sources: &[src("argoproj/argo-workflows", "docs/sidecar-injection.md", "v3.6.0")],
     }),
     // The injector's namespaceSelectors: `istio-injection: enabled`, or
@@ -609,6 +616,7 @@ pub const LINKERD: Mesh = Mesh {
     argo_kill: Some(ArgoKill {
         command: r#"["/usr/lib/linkerd/linkerd-await","sleep","1","--shutdown"]"#,
         needs_quit_switch: true,
+        mounts: None,
         sources: &[
             src(
                 "linkerd/linkerd-await",
@@ -883,7 +891,30 @@ pub const CONSUL: Mesh = Mesh {
             "v2.0.3",
         ),
     }],
-    argo_kill: None,
+    // consul-dataplane's image is distroless: no shell for Argo's default
+    // `kill`, and no client that reaches its lifecycle server. meshwrap is
+    // mounted into it with the pod's annotations and runs a command that
+    // ends at once, then quits the sidecars as after any command: `auto`,
+    // so that the graceful port and path the annotations move, and each
+    // dataplane of a multi-port pod, are followed as in the step's own run.
+    argo_kill: Some(ArgoKill {
+        command: r#"["/mesh/meshwrap","--no-wait","--sidecar","auto","--","/mesh/meshwrap","--version"]"#,
+        needs_quit_switch: false,
+        mounts: Some(ann("consul.hashicorp.com/consul-sidecar-user-volume-mount")),
+        sources: &[
+            src(
+                "argoproj/argo-workflows",
+                "workflow/signal/signal.go (killCommand: the kill-cmd annotation, a JSON array, exec'd in the container; default /bin/sh -c kill)",
+                "v4.1.2",
+            ),
+            src(
+                CONSUL_K8S,
+                "control-plane/connect-inject/webhook/consul_dataplane_sidecar.go (AnnotationConsulSidecarUserVolumeMount: \
+                 a JSON []VolumeMount appended to the consul-dataplane container's)",
+                "v2.0.3",
+            ),
+        ],
+    }),
     quit_path: Some(PathMover {
         key: ann("consul.hashicorp.com/sidecar-proxy-lifecycle-graceful-shutdown-path"),
         // -graceful-shutdown-path is passed only with the lifecycle on;
@@ -1836,10 +1867,26 @@ mod tests {
         assert!(!setting.applies(&pod(&[(CONSUL_LIFECYCLE, "false")])));
         assert!(!setting.applies(&pod(&[(CONSUL_LIFECYCLE, "0")])));
         assert!(CONSUL.quit_switch.is_none(), "the lifecycle switch is never written");
-        assert!(
-            CONSUL.argo_kill.is_none(),
-            "distroless: no command reaches the lifecycle server"
+        // Distroless: no command of its own reaches the lifecycle server,
+        // so meshwrap is mounted in through consul-k8s's user volume mounts
+        // and quits through the lifecycle server, never Envoy's admin.
+        let kill = CONSUL.argo_kill.as_ref().unwrap();
+        assert_eq!(
+            kill.mounts.map(|k| (k.place, k.name)),
+            Some((
+                Place::Annotation,
+                "consul.hashicorp.com/consul-sidecar-user-volume-mount"
+            ))
         );
+        let argv: Vec<&str> = kill
+            .command
+            .trim_matches(['[', ']'])
+            .split(',')
+            .map(|a| a.trim_matches('"'))
+            .collect();
+        assert_eq!(argv[..4], ["/mesh/meshwrap", "--no-wait", "--sidecar", "auto"]);
+        assert!(!kill.command.contains("19000") && !kill.command.contains("quitquitquit"));
+        assert!(!kill.needs_quit_switch);
     }
 
     // kumahq/kuma v2.14.3 injector.go (NewAnnotations), precheck.go,

@@ -26,6 +26,7 @@ use crate::support::pod::{self, Node, Phase};
 const WARMS: Duration = Duration::from_secs(3);
 const ADMIN: u16 = 19000;
 const GOLDEN: &str = "kubectl-meshwrap/tests/golden/consul-job.out.yaml";
+const ARGO_GOLDEN: &str = "kubectl-meshwrap/tests/golden/argo-consul.out.yaml";
 /// What consul-k8s's injector adds to the pod (mesh_webhook.go, v2.0.3).
 const MARKS: [&str; 2] = [
     r#"consul.hashicorp.com/connect-inject-status="injected""#,
@@ -123,6 +124,51 @@ fn consul_2_with_the_lifecycle_off_the_job_still_completes_with_one_quit_and_no_
         return;
     }
     run_job("consul-lifecycle-off", 1);
+}
+
+/// An Argo step (kubectl-meshwrap/tests/golden/argo-consul.out.yaml): its
+/// meshwrap never quits (Argo's wait container still needs the mesh), and
+/// Argo's kill command, run in the dataplane's container with the mounts
+/// consul-k8s gives it from the pod's annotation, quits once through the
+/// lifecycle server; the pod completes, with no grace period waited out.
+#[test]
+fn consul_4_an_argo_step_is_stopped_by_argos_kill_command_through_the_lifecycle_server() {
+    if envoy::skip("consul_4") {
+        return;
+    }
+    let pod = consul_pod();
+    let step = Wrapped::load_argo(&pod, ARGO_GOLDEN, "main", &MARKS);
+    let lifecycle = Lifecycle::of_file(&step.annotations);
+    assert_eq!(lifecycle.grace_seconds, 0, "inject's grace period: {lifecycle:?}");
+    step.install();
+    let mut envoy = Envoy::start_on(&pod.node, &pod.ns, Warm::After(WARMS), ADMIN);
+    let mut dataplane = Dataplane::start(&pod.node, &pod.ns, &lifecycle, ADMIN);
+    let app = step.app(&pod, "main", &["sh", "-c", "echo step: ran"]).finish();
+    app.assert_code(0)
+        .assert_stderr_has("found the consul sidecar (consul.hashicorp.com/connect-inject-status)")
+        .assert_stderr_has("--quit-policy never");
+    assert!(
+        dataplane.requests().is_empty(),
+        "meshwrap's step quit nothing: {:?}",
+        dataplane.requests()
+    );
+    let kill = step
+        .argo_kill(
+            &pod,
+            "consul-dataplane",
+            "consul.hashicorp.com/consul-sidecar-user-volume-mount",
+        )
+        .finish();
+    kill.assert_code(0)
+        .assert_stderr_has(&format!("127.0.0.1:{}{}", lifecycle.port, lifecycle.shutdown_path))
+        .assert_stderr_has("sidecar quit")
+        .assert_stderr_lacks("Envoy admin");
+    assert_eq!(
+        pod::phase_with(0, &mut [&mut envoy.process, &mut dataplane.process]),
+        Phase::Succeeded
+    );
+    waited_for_envoys_ready(&envoy);
+    one_quit_through_the_lifecycle_server(&envoy, &dataplane, &lifecycle);
 }
 
 /// A multi-port pod (connect-service lists two services): meshwrap waits

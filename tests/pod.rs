@@ -537,7 +537,35 @@ impl Wrapped {
             .map(|d| <serde_yaml::Value as serde::Deserialize>::deserialize(d).unwrap())
             .find(|d| name.is_none_or(|n| d["metadata"]["name"].as_str() == Some(n)))
             .unwrap_or_else(|| panic!("{file}: no document {name:?}"));
-        let template = doc["spec"]["template"].clone();
+        Wrapped::laid_out(pod, doc["spec"]["template"].clone(), marks)
+    }
+
+    /// The pod Argo makes of `file`'s Workflow template `name`: its
+    /// metadata, its `container` as the container `main` (Argo's name for
+    /// it), its init containers, and the Workflow's volumes.
+    pub(crate) fn load_argo(pod: &MeshedPod, file: &str, name: &str, marks: &[&str]) -> Wrapped {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let doc: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let step = doc["spec"]["templates"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"].as_str() == Some(name))
+            .unwrap_or_else(|| panic!("{file}: no template {name}"));
+        let mut main = step["container"].clone();
+        main["name"] = "main".into();
+        let mut spec = serde_yaml::Mapping::new();
+        spec.insert("containers".into(), serde_yaml::Value::Sequence(vec![main]));
+        spec.insert("initContainers".into(), step["initContainers"].clone());
+        spec.insert("volumes".into(), doc["spec"]["volumes"].clone());
+        let mut template = serde_yaml::Mapping::new();
+        template.insert("metadata".into(), step["metadata"].clone());
+        template.insert("spec".into(), serde_yaml::Value::Mapping(spec));
+        Wrapped::laid_out(pod, serde_yaml::Value::Mapping(template), marks)
+    }
+
+    /// `template` laid out on the node (see the type's note).
+    fn laid_out(pod: &MeshedPod, template: serde_yaml::Value, marks: &[&str]) -> Wrapped {
         let mut volumes = std::collections::HashMap::new();
         let mut annotations = None;
         for volume in template["spec"]["volumes"].as_sequence().unwrap() {
@@ -638,6 +666,29 @@ impl Wrapped {
         let bin = meshwrap_bin().to_string_lossy().into_owned();
         let mut line = vec!["env".to_string(), self.podinfo(&spec), bin];
         line.extend(self.mapped(&spec, &strings(&spec["args"])));
+        pod.node
+            .app(&pod.ns, &line.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    /// What Argo's wait container runs in the proxy's container `proxy`
+    /// once the step's main container has ended (argo-workflows v4.1.2
+    /// `workflow/signal/signal.go`, `killCommand`): the command of the pod's
+    /// `workflows.argoproj.io/kill-cmd-PROXY` annotation, exec'd there with
+    /// the mounts its injector gave the container from the pod annotation
+    /// `mounts` (consul-k8s's user volume mounts) in place.
+    pub(crate) fn argo_kill(&self, pod: &MeshedPod, proxy: &str, mounts: &str) -> Running {
+        let annotation = |key: &str| {
+            let text = self.template["metadata"]["annotations"][key].as_str();
+            text.unwrap_or_else(|| panic!("no {key} annotation")).to_string()
+        };
+        let argv: Vec<String> =
+            serde_json::from_str(&annotation(&format!("workflows.argoproj.io/kill-cmd-{proxy}"))).unwrap();
+        let mounts: serde_yaml::Value = serde_yaml::from_str(&annotation(mounts)).unwrap();
+        let mut container = serde_yaml::Mapping::new();
+        container.insert("volumeMounts".into(), mounts);
+        let container = serde_yaml::Value::Mapping(container);
+        let mut line = vec!["env".to_string(), self.podinfo(&container)];
+        line.extend(self.mapped(&container, &argv));
         pod.node
             .app(&pod.ns, &line.iter().map(String::as_str).collect::<Vec<_>>())
     }

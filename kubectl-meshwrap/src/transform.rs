@@ -467,8 +467,8 @@ fn decide<'a>(doc: &'a Value, place: &'a Place, opts: &Options) -> Result<(Pod<'
     // every mesh, seen or not, is one nothing in the pod quits is there no guard.
     let guard = policy != "never" && !mesh.native_only && !nothing_to_quit(&every);
     conflicts(&pod, &chosen)?;
-    let switches = switches(&pod, &every, policy != "never", cloudsql);
     let podinfo = podinfo_volume(&chosen);
+    let switches = switches(&pod, &every, policy != "never", cloudsql, &podinfo);
     let volumes = volumes(&pod, opts, &image, guard, &podinfo)?;
     Ok((
         pod,
@@ -1037,40 +1037,53 @@ fn cloudsql<'a>(pod: &Pod<'a>, found: &[Found], quits: bool) -> Result<Option<(P
 /// `--quitquitquit` for its quit; an Argo step's proxy may need Argo's
 /// kill command (and the switch that command needs). A value the user set
 /// otherwise is reported, not changed.
-fn switches(pod: &Pod, found: &[Found], quits: bool, cloudsql: Option<(Path, mesh::CloudSql)>) -> Switches {
+/// `podinfo`: the volume of the pod's annotations, for a kill command
+/// that runs meshwrap in the proxy's container.
+fn switches(
+    pod: &Pod,
+    found: &[Found],
+    quits: bool,
+    cloudsql: Option<(Path, mesh::CloudSql)>,
+    podinfo: &str,
+) -> Switches {
     let mut out = Switches::default();
     for f in found.iter().filter(|f| !f.native && !f.unseen) {
-        mesh_switches(pod, f.kind.facts(), quits, &mut out);
+        mesh_switches(pod, f.kind.facts(), quits, podinfo, &mut out);
     }
     if let Some((path, plan)) = cloudsql {
         let native = found.iter().any(|f| f.kind == Kind::CloudSql && f.native);
         cloudsql_args(path, plan, quits && !native, &mut out);
     }
-    unseen_switches(pod, found, quits, &mut out);
+    unseen_switches(pod, found, quits, podinfo, &mut out);
     out
 }
 
 /// One mesh's quit switch (when a quit is due) and Argo's kill command.
-fn mesh_switches(pod: &Pod, facts: &meshes::Mesh, quits: bool, out: &mut Switches) {
+fn mesh_switches(pod: &Pod, facts: &meshes::Mesh, quits: bool, podinfo: &str, out: &mut Switches) {
     if quits {
         quit_switch(pod, facts, out);
         job_settings(pod, facts, out);
     }
-    if pod.place.argo {
-        argo_kill(pod, facts, out);
+    // An Argo step: its template offline, or the pod Argo made of it at
+    // admission (Argo reads the kill command from the live pod's
+    // annotations). A kill command that runs meshwrap quits as meshwrap
+    // does: what a Job's quit needs, Argo's does too.
+    let argo_step = pod.place.argo || pod.place.restart == Restart::Argo;
+    if argo_step && argo_kill(pod, facts, podinfo, out) && !quits {
+        job_settings(pod, facts, out);
     }
 }
 
 /// The switches of the meshes an unseen namespace may turn on, with one
 /// note that names them and how to say what the namespace injects.
-fn unseen_switches(pod: &Pod, found: &[Found], quits: bool, out: &mut Switches) {
+fn unseen_switches(pod: &Pod, found: &[Found], quits: bool, podinfo: &str, out: &mut Switches) {
     let unseen: Vec<&Found> = found.iter().filter(|f| f.unseen).collect();
     if unseen.is_empty() {
         return;
     }
     let mut more = Switches::default();
     for f in &unseen {
-        mesh_switches(pod, f.kind.facts(), quits, &mut more);
+        mesh_switches(pod, f.kind.facts(), quits, podinfo, &mut more);
     }
     let names: Vec<&str> = unseen.iter().map(|f| f.kind.facts().name).collect();
     let keys: Vec<&str> = more.annotations.iter().map(|(k, _)| k.as_str()).collect();
@@ -1136,27 +1149,62 @@ fn job_settings(pod: &Pod, facts: &meshes::Mesh, out: &mut Switches) {
 
 /// Argo stops an injected proxy with `kill` through `/bin/sh`, which
 /// distroless proxy images lack: the table gives the command that works
-/// (and a command that asks the proxy's quit endpoint gets its switch).
-fn argo_kill(pod: &Pod, facts: &meshes::Mesh, out: &mut Switches) {
+/// (and a command that asks the proxy's quit endpoint gets its switch; one
+/// that runs meshwrap gets meshwrap mounted into the proxy's container).
+/// `true` when it wrote one that runs meshwrap.
+fn argo_kill(pod: &Pod, facts: &meshes::Mesh, podinfo: &str, out: &mut Switches) -> bool {
     let key = format!("{ARGO_KILL}{}", facts.proxy);
     match (&facts.argo_kill, pod.annotation(&key)) {
         (_, Some(_)) => {}
         (Some(kill), None) => {
+            if let Some(mounts) = kill.mounts
+                && !mount_meshwrap(pod, facts, mounts, podinfo, out)
+            {
+                return false;
+            }
             out.notes
                 .push(format!("set {key}, so Argo can stop {} without a shell", facts.proxy));
             out.annotations.push((key, kill.command.into()));
             if kill.needs_quit_switch {
                 quit_switch(pod, facts, out);
             }
+            return kill.mounts.is_some();
         }
-        (None, None) if [meshes::DAPR.name, meshes::CLOUDSQL.name, meshes::CONSUL.name].contains(&facts.name) => {
-            out.notes.push(format!(
-                "Argo stops {} through /bin/sh, which its image lacks: give it {key} or make it a native sidecar",
-                facts.proxy
-            ))
-        }
+        (None, None) if [meshes::DAPR.name, meshes::CLOUDSQL.name].contains(&facts.name) => out.notes.push(format!(
+            "Argo stops {} through /bin/sh, which its image lacks: give it {key} or make it a native sidecar",
+            facts.proxy
+        )),
         (None, None) => {}
     }
+    false
+}
+
+/// The volume mounts that put meshwrap (at [`BIN_DIR`]) and the pod's
+/// annotations (at [`PODINFO_DIR`]) into the proxy's container, through
+/// its injector's annotation `mounts`, which it appends to the
+/// container's own (consul-k8s v2.0.3 `consul_dataplane_sidecar.go`).
+/// `false`, with a note, where the user set that annotation: never changed.
+fn mount_meshwrap(pod: &Pod, facts: &meshes::Mesh, mounts: meshes::Key, podinfo: &str, out: &mut Switches) -> bool {
+    let value = serde_json::json!([
+        {"name": BIN_VOLUME, "mountPath": BIN_DIR, "readOnly": true},
+        {"name": podinfo, "mountPath": PODINFO_DIR, "readOnly": true},
+    ]);
+    if pod.annotation(mounts.name).is_some() {
+        out.notes.push(format!(
+            "{} is set: left as set, so Argo cannot stop {} (add {value} to it, and set {ARGO_KILL}{} to {})",
+            mounts.name,
+            facts.proxy,
+            facts.proxy,
+            facts.argo_kill.as_ref().map_or("", |k| k.command),
+        ));
+        return false;
+    }
+    out.notes.push(format!(
+        "set {}, so {} has meshwrap and the pod's annotations for Argo's kill command",
+        mounts.name, facts.proxy
+    ));
+    out.annotations.push((mounts.name.to_string(), value.to_string()));
+    true
 }
 
 /// The Cloud SQL proxy's missing flags, added to its args, and its notes.
