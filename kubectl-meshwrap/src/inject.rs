@@ -130,15 +130,17 @@ fn is_manifest(path: &Path) -> bool {
         .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
 }
 
-fn read(path: &Path) -> Result<String, String> {
+/// The text of `input`; an error names it as the user gave it.
+fn read(input: &Input) -> Result<String, String> {
+    let (path, shown) = (&input.real, &input.shown);
     let mut bytes = Vec::new();
     let result = if path == Path::new("-") {
         std::io::stdin().read_to_end(&mut bytes)
     } else {
         std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut bytes))
     };
-    result.map_err(|e| format!("{}: {e}", path.display()))?;
-    String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", path.display()))
+    result.map_err(|e| format!("{}: {e}", shown.display()))?;
+    String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", shown.display()))
 }
 
 /// Writes `text` over `path` by renaming a new file in its folder over it
@@ -183,6 +185,14 @@ pub fn run(req: &Request) -> i32 {
     } else {
         req.files.clone()
     };
+    // Nothing named and nothing piped: say so rather than wait on the
+    // terminal (an explicit `-f -` is read as asked).
+    if req.files.is_empty() && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        crate::say(
+            "no manifests: give -f FILE or -f FOLDER, or pipe them in (kubectl kustomize DIR | kubectl meshwrap inject --image ...)",
+        );
+        return 2;
+    }
     if (req.in_place || req.diff) && files.iter().any(|f| f == "-") {
         let flag = if req.diff { "--diff" } else { "--in-place" };
         crate::say(&format!("{flag}: needs files or folders, not stdin (-)"));
@@ -198,7 +208,7 @@ pub fn run(req: &Request) -> i32 {
     // Everything is read before anything is written.
     let mut texts = Vec::new();
     for input in &paths {
-        match read(&input.real) {
+        match read(input) {
             Ok(text) => texts.push((input, text)),
             Err(e) => {
                 crate::say(&e);

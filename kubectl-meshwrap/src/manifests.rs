@@ -132,6 +132,11 @@ pub fn parse_kube_version(text: &str) -> Result<(u32, u32), String> {
     if major != 1 {
         return Err(bad());
     }
+    if minor < 28 {
+        return Err(format!(
+            "Kubernetes 1.{minor} is older than meshwrap supports: 1.28 and newer, as the chart's kubeVersion (>=1.28.0-0)"
+        ));
+    }
     Ok((major, minor))
 }
 
@@ -309,17 +314,17 @@ fn existing_bundle(req: &Request) -> Result<Option<String>, String> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let hint = "the CA (PEM) that signed the certificate in the Secret, which the API server must trust";
-    let (secret, pem) = match (&req.tls_secret, &req.ca_bundle) {
-        (None, None) => return Ok(None),
-        (Some(_), None) => return Err(format!("--tls-secret needs --ca-bundle FILE: {hint}")),
-        (None, Some(_)) => return Err("--ca-bundle goes with --tls-secret NAME, the Secret it trusts".into()),
-        (Some(secret), Some(pem)) => (secret, pem),
-    };
-    if req.self_signed {
+    if let (Some(secret), true) = (&req.tls_secret, req.self_signed) {
         return Err(format!(
             "--tls-secret {secret} and --self-signed: choose one (your Secret, or one made here)"
         ));
     }
+    let pem = match (&req.tls_secret, &req.ca_bundle) {
+        (None, None) => return Ok(None),
+        (Some(_), None) => return Err(format!("--tls-secret needs --ca-bundle FILE: {hint}")),
+        (None, Some(_)) => return Err("--ca-bundle goes with --tls-secret NAME, the Secret it trusts".into()),
+        (Some(_), Some(pem)) => pem,
+    };
     if pem.contains("PRIVATE KEY") {
         return Err("--ca-bundle holds a private key: give only the CA certificate(s); the webhook configuration is readable cluster-wide".into());
     }

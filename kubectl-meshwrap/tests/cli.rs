@@ -698,3 +698,52 @@ fn an_image_that_is_no_reference_is_refused_by_name_everywhere() {
         run.stderr
     );
 }
+
+/// newcomer-2026-12 #24: inject with nothing named, on a terminal, says so
+/// at once instead of waiting on the keyboard; `-f -` is still read as
+/// asked, and a pipe is read as before. Under `script`, which gives the
+/// command a terminal (CI has it; elsewhere the test says it was skipped).
+#[test]
+fn inject_with_no_input_on_a_terminal_says_so_instead_of_waiting() {
+    let script = std::process::Command::new("script").arg("--version").output();
+    if !have(
+        script.is_ok_and(|o| o.status.success()),
+        "script (util-linux) for a terminal",
+    ) {
+        return;
+    }
+    let line = format!("{} inject --image {IMAGE}; echo rc=$?", bin());
+    let out = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("no manifests: give -f FILE or -f FOLDER, or pipe them in"),
+        "{text}"
+    );
+    assert!(text.contains("rc=2"), "{text}");
+    // Piped: read as before.
+    let run = kubectl_meshwrap(&["inject", "--image", IMAGE], "");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+/// newcomer-2026-12 #26: a file that is not UTF-8 is named as it was given.
+#[test]
+fn a_file_that_is_not_utf8_is_named_as_given() {
+    let dir = temp_dir("not-utf8");
+    std::fs::create_dir_all(dir.join("bad")).unwrap();
+    std::fs::write(dir.join("bad/binary.yaml"), b"\xff\xfe").unwrap();
+    let run = run_in(
+        Some(&dir),
+        &["inject", "--image", IMAGE, "-f", "bad/binary.yaml"],
+        "",
+        &[],
+    );
+    assert_eq!((run.code, run.stdout.as_str()), (1, ""));
+    assert_eq!(
+        run.stderr.trim_end(),
+        "kubectl-meshwrap: bad/binary.yaml: not UTF-8 text"
+    );
+}

@@ -303,6 +303,11 @@ fn a_secret_you_manage_is_mounted_and_exactly_its_ca_trusted_with_nothing_secret
             vec!["--tls-secret", "tls", "--ca-bundle", ca, "--self-signed"],
             "--self-signed: choose one",
         ),
+        // The conflict first, not the missing bundle (newcomer-2026-12 #29).
+        (
+            vec!["--tls-secret", "tls", "--self-signed"],
+            "--self-signed: choose one",
+        ),
         (
             vec!["--tls-secret", "tls", "--ca-bundle", key],
             "--ca-bundle holds a private key",
@@ -810,4 +815,21 @@ fn match_conditions_evaluate_without_error_to_the_expected_decision_for_every_ki
         let by_opt_out = matches!(&expected, conditions::Decision::Skip(c) if c.starts_with("not-opted-out"));
         assert_eq!(opted_out, by_opt_out, "{what}: {}", run.stderr);
     }
+}
+
+/// The chart's `kubeVersion: >=1.28.0-0`, the same for `--kube-version`
+/// (newcomer-2026-12 #29): one line naming the flag and what it accepts.
+#[test]
+fn a_kube_version_older_than_1_28_is_refused_as_the_chart_refuses_it() {
+    for old in ["1.27", "v1.27.9", "1.20"] {
+        let run = manifests(&["--kube-version", old]);
+        assert_eq!((run.code, run.stdout.as_str()), (2, ""), "{old}");
+        assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+        assert!(
+            run.stderr.contains("--kube-version") && run.stderr.contains("1.28 and newer"),
+            "{}",
+            run.stderr
+        );
+    }
+    assert_eq!(manifests(&["--kube-version", "1.28"]).code, 0);
 }
