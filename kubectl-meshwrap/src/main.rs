@@ -36,6 +36,34 @@ fn main() {
     std::process::exit(code);
 }
 
+/// A bad value that came from a variable, not the command line, is named
+/// by its variable (`MESHWRAP_TIMEOUT`, as meshwrap names it), with its
+/// flag beside it: the user never typed the flag.
+fn from_variable(e: &clap::Error, line: &str) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return line.to_string();
+    };
+    let Some(long) = arg.strip_prefix("--").and_then(|a| a.split([' ', '=']).next()) else {
+        return line.to_string();
+    };
+    let typed = std::env::args().any(|a| a == format!("--{long}") || a.starts_with(&format!("--{long}=")));
+    let env = env_of(&<Cli as clap::CommandFactory>::command(), long);
+    match env {
+        Some(var) if !typed && std::env::var_os(&var).is_some() => {
+            line.replacen(&format!("'{arg}'"), &format!("{var} (--{long})"), 1)
+        }
+        _ => line.to_string(),
+    }
+}
+
+/// The variable of the flag `--long`, in `command` or its subcommands.
+fn env_of(command: &clap::Command, long: &str) -> Option<String> {
+    let own = command.get_arguments().find(|a| a.get_long() == Some(long));
+    own.and_then(|a| a.get_env().map(|v| v.to_string_lossy().into_owned()))
+        .or_else(|| command.get_subcommands().find_map(|c| env_of(c, long)))
+}
+
 /// The command line; bad usage is one line on stderr and exit 2.
 fn parse() -> Cli {
     // kustomize and kpt run a function with no arguments: that is `fn`, with
@@ -52,6 +80,8 @@ fn parse() -> Cli {
             // One line: what was wrong and what is accepted.
             let text = e.to_string();
             let first = text.lines().next().unwrap_or("bad usage").trim_start_matches("error: ");
+            let first = from_variable(&e, first);
+            let first = first.as_str();
             let hint = text.lines().find(|l| l.contains("possible values")).map(str::trim);
             match hint {
                 Some(h) => say(&format!("{first} ({h})")),

@@ -193,6 +193,29 @@ fn flags_are_also_environment_variables() {
     assert_eq!(run.stdout, golden("job.out.yaml"));
 }
 
+/// newcomer-2026-12 #22: a bad value from a variable names the variable
+/// (as meshwrap does), with its flag beside it; one typed on the command
+/// line, which wins, names the flag.
+#[test]
+fn a_bad_value_from_a_variable_names_the_variable() {
+    let run = run_in(None, &["inject", "--image", IMAGE], "", &[("MESHWRAP_TIMEOUT", "5x")]);
+    assert_eq!((run.code, run.stdout.as_str()), (2, ""));
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("'5x' for MESHWRAP_TIMEOUT (--timeout)"),
+        "{}",
+        run.stderr
+    );
+    let run = run_in(
+        None,
+        &["inject", "--image", IMAGE, "--timeout", "7y"],
+        "",
+        &[("MESHWRAP_TIMEOUT", "5x")],
+    );
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("'7y' for '--timeout <DURATION>'"), "{}", run.stderr);
+}
+
 const RESOURCE_LIST: &str = r#"apiVersion: config.kubernetes.io/v1
 kind: ResourceList
 items:
