@@ -272,18 +272,19 @@ impl Tally {
 
     /// The summary line, what to fix when the run fails, and the exit code.
     fn verdict(&self, allow_skip: bool) -> i32 {
-        let errors = if self.errors > 0 {
-            format!(", {} errors", self.errors)
-        } else {
-            String::new()
+        let errors = match self.errors {
+            0 => String::new(),
+            1 => ", 1 error".to_string(),
+            n => format!(", {n} errors"),
         };
         let long_running = match self.long_running {
             0 => String::new(),
             1 => "; 1 long-running workload left alone (--workloads all wraps it)".to_string(),
             n => format!("; {n} long-running workloads left alone (--workloads all wraps them)"),
         };
+        let templates = if self.wrapped == 1 { "template" } else { "templates" };
         crate::say(&format!(
-            "{} pod templates wrapped, {} skipped, {} untouched{errors}{long_running}",
+            "{} pod {templates} wrapped, {} skipped, {} untouched{errors}{long_running}",
             self.wrapped, self.skipped, self.untouched
         ));
         if self.writable(allow_skip) {

@@ -185,7 +185,7 @@ fn a_skipped_template_fails_inject_and_nothing_is_written() {
         run.stderr
     );
     assert!(
-        run.stderr.contains("1 pod templates wrapped, 1 skipped, 0 untouched"),
+        run.stderr.contains("1 pod template wrapped, 1 skipped, 0 untouched"),
         "{}",
         run.stderr
     );

@@ -133,7 +133,7 @@ fn a_chart_with_services_gets_its_jobs_wrapped_and_its_services_left_alone_unrep
     assert!(!run.stderr.contains("Deployment/api"), "{}", run.stderr);
     assert!(
         run.stderr
-            .contains("1 pod templates wrapped, 0 skipped, 0 untouched; 1 long-running workload left alone"),
+            .contains("1 pod template wrapped, 0 skipped, 0 untouched; 1 long-running workload left alone"),
         "{}",
         run.stderr
     );
