@@ -1272,7 +1272,7 @@ fn native_instead(pod: &Pod, opts: &Options, found: &[Found]) -> Result<Vec<Stri
         (_, false) => Err(skip(
             "native",
             format!(
-                "native: {} has no per-pod native switch; wrap it instead ({NATIVE}: prefer falls back to the wrapper)",
+                "native: {} has no per-pod native switch; wrap it instead (--native prefer, or {NATIVE}: prefer, falls back to the wrapper)",
                 lacking.join(", ")
             ),
         )),
