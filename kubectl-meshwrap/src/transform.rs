@@ -1055,7 +1055,38 @@ fn switches(
         cloudsql_args(path, plan, quits && !native, &mut out);
     }
     unseen_switches(pod, found, quits, podinfo, &mut out);
+    if let Some(note) = init_before_istio(pod, found) {
+        out.notes.push(note);
+    }
     out
+}
+
+/// The note for the pod's own init containers under Istio's classic
+/// sidecar: they run before it starts, while the capture (istio-init's, or
+/// Istio CNI's) already sends their outbound TCP to 15001, where nothing
+/// listens yet; only the proxy's UID, 1337, is let through (istio 1.30.3
+/// `tools/istio-iptables/pkg/capture/run.go`: `--uid-owner` RETURN; the
+/// exclusion annotation: `injection-template.yaml`). No
+/// wrap can fix that, so it is said. Native sidecars (restartPolicy
+/// Always) and Istio's and meshwrap's own are not the user's init work.
+fn init_before_istio(pod: &Pod, found: &[Found]) -> Option<String> {
+    let classic = found.iter().any(|f| f.kind == Kind::Istio && !f.native && !f.unseen);
+    let inits = pod.spec.get("initContainers").and_then(Value::as_array)?;
+    let own: Vec<&str> = inits
+        .iter()
+        .filter(|c| text(c.get("restartPolicy")) != Some("Always"))
+        .filter_map(|c| text(c.get("name")))
+        .filter(|n| !["istio-init", "istio-validation", INSTALL_CONTAINER].contains(n))
+        .collect();
+    if !classic || own.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "init container {} runs before Istio's sidecar, with its outbound TCP captured and no proxy yet: \
+         run it as UID 1337, exclude what it reaches (traffic.sidecar.istio.io/excludeOutboundIPRanges), \
+         or make the sidecar native",
+        own.join(", ")
+    ))
 }
 
 /// One mesh's quit switch (when a quit is due) and Argo's kill command.
