@@ -70,26 +70,11 @@ fn no_command() -> Value {
     json!([{"name": "trainer", "image": "registry.example.com/train:1"}])
 }
 
-fn review(pod: &Value, uid: usize) -> Value {
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": format!("00000000-0000-4000-8000-{uid:012}"),
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": pod["metadata"]["namespace"],
-            "operation": "CREATE",
-            "userInfo": {"username": "system:serviceaccount:kube-system:job-controller"},
-            "object": pod,
-            "dryRun": false
-        }
-    })
-}
-
 /// Sends one admission; its answer, which must allow the pod.
 fn admit(client: &mut Client, pod: &Value, uid: usize) -> Value {
-    let response = client.post(review(pod, uid).to_string().as_bytes()).unwrap();
+    let response = client
+        .post(common::pod_review(pod, uid).to_string().as_bytes())
+        .unwrap();
     assert_eq!(response.status, 200, "{}", response.text());
     let answer = response.json();
     assert_eq!(answer["response"]["allowed"], true);
@@ -828,7 +813,7 @@ fn a_dry_run_admission_is_answered_as_any_other_and_posts_no_event() {
     // a Job: only the Job's event is posted.
     let mut answers = Vec::new();
     for (i, containers) in [runs(), no_command()].into_iter().enumerate() {
-        let mut dry = review(&pod("team-a", Some(TFJOB), containers), i);
+        let mut dry = common::pod_review(&pod("team-a", Some(TFJOB), containers), i);
         dry["request"]["dryRun"] = json!(true);
         let response = client.post(dry.to_string().as_bytes()).unwrap();
         assert_eq!(response.status, 200, "{}", response.text());

@@ -42,27 +42,13 @@ fn pod(namespace: &str) -> Value {
     })
 }
 
-fn review(pod: &Value, uid: usize) -> Value {
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": format!("00000000-0000-4000-8000-{uid:012}"),
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": pod["metadata"]["namespace"],
-            "operation": "CREATE",
-            "userInfo": {"username": "system:serviceaccount:kube-system:job-controller"},
-            "object": pod,
-        }
-    })
-}
-
 /// The annotations the answer's patch adds to the pod (its JSON Patch
 /// applied), and the answer.
 fn admitted(client: &mut Client, namespace: &str, uid: usize) -> (Value, Value) {
     let mut pod = pod(namespace);
-    let response = client.post(review(&pod, uid).to_string().as_bytes()).unwrap();
+    let response = client
+        .post(common::pod_review(&pod, uid).to_string().as_bytes())
+        .unwrap();
     assert_eq!(response.status, 200, "{}", response.text());
     let answer = response.json();
     assert_eq!(answer["response"]["allowed"], true);

@@ -126,3 +126,22 @@ pub fn have(tool_ok: bool, what: &str) -> bool {
     eprintln!("skipped: {what}");
     false
 }
+
+/// The AdmissionReview the API server sends for creating `pod` (in its
+/// metadata's namespace), numbered `uid`, as a Job controller's request.
+pub fn pod_review(pod: &serde_json::Value, uid: usize) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": format!("00000000-0000-4000-8000-{uid:012}"),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": pod["metadata"]["namespace"],
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:job-controller"},
+            "object": pod,
+            "dryRun": false
+        }
+    })
+}
