@@ -1070,7 +1070,9 @@ fn switches(
 /// wrap can fix that, so it is said. Native sidecars (restartPolicy
 /// Always) and Istio's and meshwrap's own are not the user's init work.
 fn init_before_istio(pod: &Pod, found: &[Found]) -> Option<String> {
-    let classic = found.iter().any(|f| f.kind == Kind::Istio && !f.native && !f.unseen);
+    if !found.iter().any(|f| f.kind == Kind::Istio && !f.native && !f.unseen) {
+        return None;
+    }
     let inits = pod.spec.get("initContainers").and_then(Value::as_array)?;
     let own: Vec<&str> = inits
         .iter()
@@ -1078,7 +1080,7 @@ fn init_before_istio(pod: &Pod, found: &[Found]) -> Option<String> {
         .filter_map(|c| text(c.get("name")))
         .filter(|n| !["istio-init", "istio-validation", INSTALL_CONTAINER].contains(n))
         .collect();
-    if !classic || own.is_empty() {
+    if own.is_empty() {
         return None;
     }
     Some(format!(
@@ -1095,11 +1097,11 @@ fn mesh_switches(pod: &Pod, facts: &meshes::Mesh, quits: bool, podinfo: &str, ou
         quit_switch(pod, facts, out);
         job_settings(pod, facts, out);
     }
-    // An Argo step: its template offline, or the pod Argo made of it at
-    // admission (Argo reads the kill command from the live pod's
-    // annotations). A kill command that runs meshwrap quits as meshwrap
-    // does: what a Job's quit needs, Argo's does too.
-    let argo_step = pod.place.argo || pod.place.restart == Restart::Argo;
+    // An Argo step (Argo's restart rule): its template offline, or the pod
+    // Argo made of it at admission (Argo reads the kill command from the
+    // live pod's annotations). A kill command that runs meshwrap quits as
+    // meshwrap does: what a Job's quit needs, Argo's does too.
+    let argo_step = pod.place.restart == Restart::Argo;
     if argo_step && argo_kill(pod, facts, podinfo, out) && !quits {
         job_settings(pod, facts, out);
     }
