@@ -30,13 +30,15 @@
 //! may close a kept connection even as a request goes out on it, so a GET
 //! that finds it closed before any answer is repeated once on a new
 //! connection within the same deadline (a GET is safe to repeat). The
-//! status counts as soon as the head is in; the body is read to its end as
-//! it arrives, whatever its framing (`content-length` or chunked, as
-//! Envoy's admin answers) and however it is cut into segments (Python's
-//! `http.server` writes the head and the body apart), and the connection is
-//! reused once it is all in. A body still owed when the next poll is due
-//! costs the connection, never a wait; so do one over 4 KiB, one that ends
-//! only at the close, and bytes nobody asked for.
+//! status counts as soon as the head is in; the body is read to its end,
+//! whatever its framing (`content-length` or chunked, as Envoy's admin
+//! answers) and however it is cut into segments (Python's `http.server`
+//! writes the head and the body apart), and the connection is reused once it
+//! is all in. What of a body trails its head is not waited for: it is read
+//! when the next poll is due, so it costs no wake-up (a wake-up is most of a
+//! poll's CPU). A body still owed then costs the connection, never a wait;
+//! so do one over 4 KiB, one that ends only at the close, and bytes nobody
+//! asked for.
 //!
 //! A host name is looked up on a thread of its own (getaddrinfo has no
 //! timeout), at most one per URL at a time and [`MAX_LOOKUPS`] in all: a
@@ -72,7 +74,8 @@ pub struct Probe<'e> {
     /// The connection the sidecar kept open after the last answer, idle.
     kept: Option<OwnedFd>,
     /// What of the last answer's body has yet to arrive on `kept`: it is
-    /// read as it comes, and `kept` is reused only once it is all in.
+    /// read when the next poll is due, and `kept` is reused only if it is
+    /// all in by then.
     owed: Option<http::Body>,
     /// The request under way.
     flight: Option<Flight>,
@@ -139,6 +142,14 @@ impl<'e> Probe<'e> {
     /// Starts a GET that must be answered by `deadline`; its result if it
     /// is already known (a refused loopback port, a failed lookup).
     pub fn start(&mut self, deadline: Instant) -> Option<Result<u16, Failure>> {
+        // The rest of the last body has had the interval to come: read what
+        // is there now. Still owed when the next poll is due: the connection goes.
+        if self.owed.is_some() {
+            self.idle_readable();
+        }
+        if self.owed.take().is_some() {
+            self.kept = None;
+        }
         self.buf.clear();
         let mut flight = Flight {
             socket: None,
@@ -147,10 +158,6 @@ impl<'e> Probe<'e> {
             sent: 0,
             next: 0,
         };
-        // A body still owed when the next poll is due: the connection goes.
-        if self.owed.take().is_some() {
-            self.kept = None;
-        }
         if let Some(kept) = self.kept.take() {
             flight.socket = Some(kept);
             flight.reused = true;
@@ -162,7 +169,10 @@ impl<'e> Probe<'e> {
     }
 
     /// What to wait for: the request under way, else the kept connection
-    /// (readable only when the sidecar closes it or sends something unasked).
+    /// (readable only when the sidecar closes it or sends something unasked),
+    /// but not while the rest of its last body is owed: that is read when the
+    /// next poll is due (`start`), so a body written after its head costs no
+    /// wake-up of its own.
     pub fn interest(&self) -> Option<Interest> {
         match &self.flight {
             Some(Flight {
@@ -178,6 +188,7 @@ impl<'e> Probe<'e> {
                 Some((socket.as_raw_fd(), events))
             }
             Some(Flight { socket: None, .. }) => self.lookup.as_ref().map(|l| (l.done.as_raw_fd(), libc::POLLIN)),
+            None if self.owed.is_some() => None,
             None => self.kept.as_ref().map(|k| (k.as_raw_fd(), libc::POLLIN)),
         }
     }
@@ -200,9 +211,9 @@ impl<'e> Probe<'e> {
         }
     }
 
-    /// The kept connection is readable while idle: the rest of the last
-    /// body, read to its end; a close, or bytes nobody asked for, and the
-    /// connection goes.
+    /// The kept connection is readable while idle, or the next poll is due
+    /// with a body owed: the rest of the last body, read to its end; a close,
+    /// or bytes nobody asked for, and the connection goes.
     fn idle_readable(&mut self) {
         let (Some(kept), Some(owed)) = (&self.kept, &mut self.owed) else {
             self.kept = None;
