@@ -24,6 +24,11 @@
 //!   stand-in (content-length, one write). Polls and the connections they
 //!   came on are counted by each sidecar: Envoy's from its admin access log
 //!   (distinct source ports), the stand-ins' from their accept loops.
+//! - The floor, in the same rounds: this benchmark's own bare loop
+//!   (`floor_loop`) on the same schedule, one GET of Envoy's `/ready` per
+//!   wake-up on one kept connection, less its start. It is what the polls
+//!   cost with nothing of meshwrap's, so each CPU row is also given as a
+//!   ratio to it: the figure that does not drift with the machine.
 
 use super::*;
 
@@ -257,6 +262,20 @@ fn envoy_wait(bin: &std::path::Path, span: Duration) -> (f64, usize, usize) {
     (ms(cpu), polls, connections)
 }
 
+/// The floor against a never-ready Envoy: this benchmark's bare loop
+/// (`floor_loop`) polling Envoy's `/ready` on the fast schedule for `span`,
+/// one GET per wake-up on one kept connection, with nothing of meshwrap's;
+/// its CPU (ms) less that of a run of no time (its start), its polls, and
+/// the connections Envoy counted.
+fn floor_wait(envoy_bin: &std::path::Path, span: Duration) -> (f64, usize, usize) {
+    let mut envoy = Envoy::start(envoy_bin, None);
+    let (start, _) = floor_run("requests", 0.0, envoy.port);
+    let (cpu, polls) = floor_run("requests", span.as_secs_f64(), envoy.port);
+    envoy.end();
+    let (_, connections) = envoy.polls();
+    (cpu - start, polls as usize, connections)
+}
+
 /// The same wait against a stand-in (`split`: head and body apart).
 fn stand_in_wait(split: bool, span: Duration) -> (f64, usize, usize) {
     let sidecar = Sidecar::new();
@@ -309,12 +328,16 @@ impl Bench {
         let secs = if self.quick { 1 } else { 5 };
         let span = Duration::from_secs(secs);
         let rounds = if self.quick { 1 } else { 3 };
-        let (mut envoy, mut split, mut own) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut envoy, mut split, mut own, mut floor) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut start = Vec::new();
         for _ in 0..rounds {
             envoy.push(envoy_wait(&bin, span));
             split.push(stand_in_wait(true, span));
             own.push(stand_in_wait(false, span));
+            floor.push(floor_wait(&bin, span));
+            start.push(stand_in_wait(false, Duration::from_millis(1)));
         }
+        let start_cpu = median_of(start).0;
         let mut rows = Vec::new();
         let mut row = |figure: String, value: String, target: &str, met: Option<bool>| {
             println!("{figure}: {value}");
@@ -336,6 +359,7 @@ impl Bench {
             );
         }
         let own_cpu = median_of(own.clone()).0;
+        let (floor_cpu, floor_polls, floor_connections) = median_of(floor);
         for (name, runs) in [
             ("the real Envoy (chunked answers)", envoy),
             ("a stand-in writing head and body apart", split),
@@ -345,14 +369,26 @@ impl Bench {
             row(
                 format!("CPU over a {secs} s wait, fast schedule, 503-answering: {name}"),
                 format!(
-                    "{} ms ({:.2}x the project's stand-in's), {polls} polls on {connections} connection(s)",
+                    "{} ms ({:.2}x the project's stand-in's, {:.2}x the floor's), {polls} polls on {connections} connection(s)",
                     fmt(cpu),
-                    cpu / own_cpu
+                    cpu / own_cpu,
+                    cpu / floor_cpu
                 ),
                 "<= 20 ms, 1 connection",
                 self.judged(cpu <= 20.0 && connections == 1),
             );
         }
+        row(
+            format!(
+                "the floor: CPU over a {secs} s bare loop on the fast schedule, one GET of the real Envoy's /ready per wake-up on one kept connection, nothing of meshwrap's"
+            ),
+            format!(
+                "{} ms, {floor_polls} polls on {floor_connections} connection(s)",
+                fmt(floor_cpu)
+            ),
+            "reference",
+            None,
+        );
         let mut md = format!("{MARKER}\n## Readiness against the real Envoy\n\n");
         md += "Produced by `cargo bench --bench lifecycle -- --only envoy` (benches/lifecycle/envoy.rs), or by the full run; do not edit by hand.\n\n";
         md += "| figure | meshwrap | target | met |\n|---|---|---|---|\n";
@@ -361,7 +397,19 @@ impl Bench {
             "\n\n- Envoy {version}, `--concurrency 1`, its admin on a free port of 127.0.0.1 (`--sidecar envoy=127.0.0.1:PORT`); not LIVE until its CDS fetch (from an xDS server that is not there) times out at `initial_fetch_timeout`, drawn in 1-3 s for the latency runs (five at once), 0 (never) for the waits\n"
         );
         md += "- latency: from the epoch stamp of Envoy's own \"all dependencies initialized\" line (the moment its init completes and /ready turns 200) to the command's first instruction on the same clock (CLOCK_REALTIME)\n";
-        md += "- CPU: meshwrap's (user + system, from wait4) over a wait that times out, the median of three rounds, each measuring the three sidecars in turn; polls and connections as each sidecar counted them (Envoy's from its admin access log: distinct source ports)\n";
+        md += "- CPU: meshwrap's (user + system, from wait4) over a wait that times out, the median of three rounds, each measuring the three sidecars and the floor in turn; polls and connections as each sidecar counted them (Envoy's from its admin access log: distinct source ports)\n";
+        md += "- the floor: this benchmark's own process (`--helper requests`, `floor_loop` in benches/lifecycle.rs) sleeping on the fast schedule (`thread::sleep`) and sending a GET of `/ready` to the same kind of never-ready Envoy after each wake-up, reading its whole chunked answer with blocking reads, less a run of no time (its start): what the same polls cost with nothing of meshwrap's (no signals watched, no timeouts, no parsing). A CPU target below it is below what any poller on this schedule can reach on the machine of the run\n";
+        md += &format!(
+            "- meshwrap's figures include its own start and its exit on the timeout: {} ms, a wait of 1 ms against the project's stand-in (the median of the rounds)\n",
+            fmt(start_cpu)
+        );
+        let day = Command::new("date")
+            .args(["-u", "+%F"])
+            .output()
+            .map_or(String::new(), |o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        md += &format!(
+            "- this block comes from its own run, on {day}, not from the main table's: compare figures within one block (the VM's speed drifts between runs)\n"
+        );
         md += &format!(
             "- the machine's load average (1 min) at the section's start and end: {load_before} / {}; other work on the machine raises every CPU figure alike, the ratios to the project's stand-in less\n",
             load_average()
