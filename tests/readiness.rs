@@ -274,7 +274,8 @@ fn polls_keep_the_connection_whatever_the_framing_and_segmentation() {
 }
 
 /// meshwrap's voluntary context switches (its sleeps) up to the command's
-/// start, as the command reads them from /proc, and the polls before it.
+/// start, as the command reads them from /proc, per poll of a wait of 40
+/// answers of `reply` and then its 200.
 fn sleeps_per_poll(reply: Reply) -> f64 {
     let sidecar = FakeSidecar::ready();
     let mut replies = vec![reply.clone(); 40];
